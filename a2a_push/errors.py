@@ -1,0 +1,46 @@
+"""Typed errors raised by a2a_push. Each names what was wrong and, where it can, the field."""
+
+from __future__ import annotations
+
+
+class A2APushError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidConfigError(A2APushError, ValueError):
+    """A push notification config was rejected; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class UnsafeURLError(InvalidConfigError):
+    """A webhook URL points at an address the SSRF policy refuses."""
+
+    def __init__(self, message: str, field: str = "url") -> None:
+        super().__init__(field, message)
+
+
+class TooManyConfigsError(InvalidConfigError):
+    """The per-task cap on push notification configs was reached."""
+
+    def __init__(self, task_id: str, limit: int) -> None:
+        super().__init__(
+            "taskId",
+            f"task {task_id!r} already has the maximum of {limit} push notification configs",
+        )
+        self.limit = limit
+
+
+class ConfigNotFoundError(A2APushError, LookupError):
+    """No config with that id exists for that task and owner."""
+
+
+class SecretDecryptionError(A2APushError):
+    """A stored secret could not be decrypted with the configured keys (never read as plaintext)."""
+
+
+class StoreClosedError(A2APushError, RuntimeError):
+    """The store was used after close()."""
