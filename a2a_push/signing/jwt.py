@@ -1,0 +1,220 @@
+"""The webhook JWT: signing on the sender, verification for receivers."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Collection, Mapping
+from typing import Any, Final
+
+import jwt as pyjwt
+from jwt.exceptions import InvalidSignatureError, PyJWTError
+
+from a2a_push.errors import A2APushError
+from a2a_push.protocol.constants import DEFAULT_JWT_LIFETIME_SECONDS
+
+from .keys import ALGORITHMS, KeySet, PublicKey, SigningKey, public_key_from_jwk
+
+# Which JWK key type each algorithm may use: a key is only ever used by its own family.
+_KTY_FOR_ALG: Final[Mapping[str, str]] = {"ES256": "EC", "EdDSA": "OKP", "RS256": "RSA"}
+_PUBLIC_MEMBERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "EC": ("crv", "x", "y"),
+    "OKP": ("crv", "x"),
+    "RSA": ("n", "e"),
+}
+_REQUIRED_CLAIMS: Final = ("iat", "exp", "jti", "request_body_sha256")
+
+_JWS: Final = pyjwt.PyJWS()
+
+
+class JWTVerificationError(A2APushError):
+    """A webhook JWT was refused; ``reason`` is a short machine-readable code."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(f"{reason}: {message}" if message else reason)
+        self.reason = reason
+
+
+class WebhookSigner:
+    """Signs webhook requests with the key set's active key (JWT per PROTOCOL.md)."""
+
+    def __init__(
+        self, keyset: KeySet, issuer: str, lifetime: int = DEFAULT_JWT_LIFETIME_SECONDS
+    ) -> None:
+        if lifetime <= 0:
+            raise ValueError("lifetime must be positive")
+        self.keyset = keyset
+        self.issuer = issuer
+        self.lifetime = lifetime
+        self._cached_key: SigningKey | None = None
+        self._headers: dict[str, str] = {}
+
+    def _current(self) -> tuple[SigningKey, dict[str, str]]:
+        key = self.keyset.active
+        if key is not self._cached_key:
+            self._headers = {"alg": key.alg, "kid": key.kid, "typ": "JWT"}
+            self._cached_key = key
+        return key, self._headers
+
+    def sign(
+        self,
+        *,
+        body: bytes,
+        audience: str,
+        webhook_id: str,
+        task_id: str,
+        config_id: str,
+        seq: int,
+        now: int | None = None,
+    ) -> str:
+        """A compact JWT binding this exact ``body`` to the webhook URL ``audience``."""
+        key, headers = self._current()
+        iat = int(time.time()) if now is None else now
+        claims = {
+            "iss": self.issuer,
+            "aud": audience,
+            "iat": iat,
+            "exp": iat + self.lifetime,
+            "jti": webhook_id,
+            "taskId": task_id,
+            "configId": config_id,
+            "seq": seq,
+            "request_body_sha256": hashlib.sha256(body).hexdigest(),
+        }
+        return pyjwt.encode(claims, key.private_key, algorithm=key.alg, headers=headers)
+
+
+def verify_webhook_jwt(
+    token: str,
+    *,
+    jwks: Mapping[str, Any],
+    body: bytes,
+    audience: str | None,
+    issuer: str | None,
+    algorithms: Collection[str] = ALGORITHMS,
+    leeway: int = 60,
+    now: int | None = None,
+) -> dict[str, Any]:
+    """Verify a webhook JWT against a JWK Set and the exact request body; return its claims.
+
+    The algorithm is checked against ``algorithms`` and the kid's key type before any key
+    is used; then the signature, ``exp``, ``iat``, ``nbf``, ``aud`` and ``iss`` (each when
+    given), the required claims ``iat``, ``exp``, ``jti`` and ``request_body_sha256``, and
+    finally the body hash. Raises :class:`JWTVerificationError` with a ``reason`` of
+    ``malformed``, ``bad_algorithm``, ``missing_kid``, ``unknown_kid``, ``invalid_jwks``,
+    ``bad_signature``, ``missing_claim``, ``expired``, ``iat_in_future``, ``not_yet_valid``,
+    ``bad_audience``, ``bad_issuer`` or ``body_hash_mismatch``.
+    """
+    try:
+        header = pyjwt.get_unverified_header(token)
+    except PyJWTError as exc:
+        raise JWTVerificationError("malformed", str(exc)) from exc
+    # Extensions we do not implement (crit, unencoded payloads) must not be half-honoured.
+    if "crit" in header or "b64" in header:
+        raise JWTVerificationError("malformed", "crit/b64 header parameters are not supported")
+
+    alg = header.get("alg")
+    if not isinstance(alg, str) or alg not in algorithms or alg not in _KTY_FOR_ALG:
+        raise JWTVerificationError("bad_algorithm", f"algorithm {alg!r} is not accepted")
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise JWTVerificationError("missing_kid", "the JWT header has no kid")
+
+    public_key = _key_for(jwks, kid, alg)
+
+    try:
+        decoded = _JWS.decode_complete(token, key=public_key, algorithms=[alg])
+    except InvalidSignatureError as exc:
+        raise JWTVerificationError("bad_signature", "signature does not verify") from exc
+    except PyJWTError as exc:
+        raise JWTVerificationError("malformed", str(exc)) from exc
+
+    try:
+        claims = json.loads(decoded["payload"])
+    except ValueError as exc:
+        raise JWTVerificationError("malformed", "the JWT payload is not JSON") from exc
+    if not isinstance(claims, dict):
+        raise JWTVerificationError("malformed", "the JWT payload is not a JSON object")
+
+    _check_claims(claims, audience=audience, issuer=issuer, leeway=leeway, now=now)
+
+    expected = hashlib.sha256(body).hexdigest().encode("ascii")
+    claimed = claims["request_body_sha256"]
+    if not isinstance(claimed, str) or not hmac.compare_digest(
+        claimed.lower().encode("utf-8"), expected
+    ):
+        raise JWTVerificationError("body_hash_mismatch", "request_body_sha256 does not match")
+    return claims
+
+
+def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
+    """The public key for ``kid``, refusing a JWK whose type or alg does not match ``alg``."""
+    entries = jwks.get("keys") if isinstance(jwks, Mapping) else None
+    if not isinstance(entries, list):
+        raise JWTVerificationError("invalid_jwks", "the JWK Set has no 'keys' list")
+    matches = [e for e in entries if isinstance(e, Mapping) and e.get("kid") == kid]
+    if not matches:
+        raise JWTVerificationError("unknown_kid", f"no key with kid {kid!r} in the JWK Set")
+    for jwk in matches:
+        if jwk.get("kty") != _KTY_FOR_ALG[alg]:
+            continue
+        if jwk.get("alg", alg) != alg or jwk.get("use", "sig") != "sig":
+            continue
+        kty = _KTY_FOR_ALG[alg]
+        members = tuple(jwk.get(name) for name in _PUBLIC_MEMBERS[kty])
+        if not all(isinstance(value, str) for value in members):
+            raise JWTVerificationError("invalid_jwks", f"key {kid!r} lacks its public members")
+        try:
+            return _public_key(kty, members)
+        except ValueError as exc:
+            raise JWTVerificationError("invalid_jwks", str(exc)) from exc
+    raise JWTVerificationError("bad_algorithm", f"key {kid!r} is not a {alg} signing key")
+
+
+@functools.lru_cache(maxsize=128)
+def _public_key(kty: str, members: tuple[str, ...]) -> PublicKey:
+    # Building (and validating) a key from a JWK costs more than the signature check itself.
+    return public_key_from_jwk(
+        {"kty": kty, **dict(zip(_PUBLIC_MEMBERS[kty], members, strict=True))}
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_claims(
+    claims: Mapping[str, Any],
+    *,
+    audience: str | None,
+    issuer: str | None,
+    leeway: int,
+    now: int | None,
+) -> None:
+    for name in _REQUIRED_CLAIMS:
+        if name not in claims:
+            raise JWTVerificationError("missing_claim", f"the JWT has no {name!r} claim")
+    iat, exp, nbf = claims["iat"], claims["exp"], claims.get("nbf")
+    if not _is_number(iat) or not _is_number(exp) or (nbf is not None and not _is_number(nbf)):
+        raise JWTVerificationError("malformed", "iat, exp and nbf must be numbers")
+    if not isinstance(claims["jti"], str):
+        raise JWTVerificationError("malformed", "jti must be a string")
+
+    current = time.time() if now is None else now
+    if current >= exp + leeway:
+        raise JWTVerificationError("expired", "the JWT has expired")
+    if iat > current + leeway:
+        raise JWTVerificationError("iat_in_future", "the JWT was issued in the future")
+    if nbf is not None and nbf > current + leeway:
+        raise JWTVerificationError("not_yet_valid", "the JWT is not valid yet (nbf)")
+
+    if audience is not None:
+        aud = claims.get("aud")
+        audiences = [aud] if isinstance(aud, str) else aud
+        if not isinstance(audiences, list) or audience not in audiences:
+            raise JWTVerificationError("bad_audience", f"the JWT is not for {audience!r}")
+    if issuer is not None and claims.get("iss") != issuer:
+        raise JWTVerificationError("bad_issuer", f"the JWT was not issued by {issuer!r}")

@@ -1,0 +1,235 @@
+"""Storage contracts: the config store and the delivery outbox.
+
+Every backend (memory, SQLite, PostgreSQL) implements both on one connection, so a
+publish can read the task's configs and enqueue its deliveries in one transaction.
+The dispatcher and notifier only ever talk to these contracts.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ..protocol.constants import DEFAULT_MAX_CONFIGS_PER_TASK, VERSION_1_0
+
+Renderer = Callable[[str], bytes]
+"""Renders an event's webhook body for a protocol version ("1.0" or "0.3")."""
+
+
+class DeliveryState(enum.StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConfig:
+    """A push notification config as stored: owner-scoped, with its secrets in clear.
+
+    ``key`` is the internal, globally unique identity; ``id`` is the A2A config id,
+    unique only within (task, owner).
+    """
+
+    key: str
+    id: str
+    task_id: str
+    owner: str
+    url: str
+    token: str | None = None
+    auth_scheme: str | None = None
+    auth_credentials: str | None = None
+    tenant: str | None = None
+    protocol_version: str = VERSION_1_0
+    enabled: bool = True
+    disabled_reason: str | None = None
+    failing_since: float | None = None
+    created_at: float = 0.0
+
+    def with_changes(self, **changes: object) -> StoredConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One webhook to one config: the unit the dispatcher sends and retries."""
+
+    id: str
+    config_key: str
+    task_id: str
+    seq: int
+    kind: str
+    body: bytes
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: float
+    created_at: float
+    updated_at: float
+    last_status: int | None = None
+    last_error: str | None = None
+    # Filled in by claim_due(): the config the delivery goes to, as of the claim.
+    config: StoredConfig | None = None
+    # Set when the stored config could not be read (e.g. its secrets fail to decrypt).
+    config_error: str | None = None
+
+
+OutcomeKind = Literal["delivered", "retry", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to a claimed delivery; applied with ``Outbox.complete``."""
+
+    delivery_id: str
+    config_key: str
+    task_id: str
+    kind: OutcomeKind
+    attempts: int
+    status: int | None = None
+    error: str | None = None
+    next_attempt_at: float | None = None  # required for "retry"
+    # Config side effects, applied in the same transaction.
+    disable_config: str | None = None  # reason, when the config must be disabled
+    config_failing_since: float | None = None
+    clear_config_failing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    pending: int
+    due: int
+    leased: int
+    dead: int
+    delivered: int
+    oldest_pending_created_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFilter:
+    state: DeliveryState | None = None
+    task_id: str | None = None
+    config_key: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    limit: int = 100
+    # Keyset paging: ids strictly greater than this (ids sort by creation).
+    after_id: str | None = None
+
+
+@dataclass(slots=True)
+class StoreOptions:
+    max_configs_per_task: int = DEFAULT_MAX_CONFIGS_PER_TASK
+    # Secrets (token, credentials) are encrypted at rest with these Fernet keys; the first
+    # encrypts, all decrypt (rotation). None: stored in clear (memory backend ignores it).
+    encryption_keys: Sequence[str] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class ConfigStore(abc.ABC):
+    """Push notification configs, scoped by owner, capped per task."""
+
+    @abc.abstractmethod
+    async def put_config(self, config: StoredConfig) -> StoredConfig:
+        """Create, or replace the config with the same (task, owner, id).
+
+        Raises ``TooManyConfigsError`` when a new config would exceed the per-task cap.
+        """
+
+    @abc.abstractmethod
+    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        """The owner's config, or None (another owner's config is never returned)."""
+
+    @abc.abstractmethod
+    async def get_config_by_key(self, key: str) -> StoredConfig | None: ...
+
+    @abc.abstractmethod
+    async def list_configs(
+        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
+    ) -> tuple[list[StoredConfig], str | None]:
+        """One page of the owner's configs for the task, and the next page token."""
+
+    @abc.abstractmethod
+    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        """Delete; pending deliveries to it are dead-lettered. False if it did not exist."""
+
+    @abc.abstractmethod
+    async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
+        """Every enabled config of the task, all owners."""
+
+    @abc.abstractmethod
+    async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
+        """Enable or disable a config. Disabling dead-letters its pending deliveries."""
+
+
+class Outbox(abc.ABC):
+    """Durable delivery queue, FIFO per (config, task), claimed under leases."""
+
+    @abc.abstractmethod
+    async def enqueue(
+        self,
+        task_id: str,
+        kind: str,
+        render: Renderer,
+        *,
+        new_id: Callable[[], str],
+        only_config_key: str | None = None,
+        now: float | None = None,
+    ) -> tuple[int, list[str]]:
+        """Fan an event out to the task's enabled configs in one transaction.
+
+        Assigns the task's next sequence number and returns it with the delivery ids
+        (empty, and no sequence number used, when the task has no configs).
+        Durable when it returns.
+        """
+
+    @abc.abstractmethod
+    async def claim_due(
+        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+    ) -> list[Delivery]:
+        """Lease up to ``limit`` due deliveries, at most one per (config, task) lane."""
+
+    @abc.abstractmethod
+    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
+        """Record outcomes of claimed deliveries and release their lanes."""
+
+    @abc.abstractmethod
+    async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
+        """Give leased work back untouched (graceful shutdown)."""
+
+    @abc.abstractmethod
+    async def get_delivery(self, delivery_id: str) -> Delivery | None: ...
+
+    @abc.abstractmethod
+    async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
+        """Put dead-lettered deliveries back in their lanes as new; returns how many."""
+
+    @abc.abstractmethod
+    async def next_due_at(self) -> float | None:
+        """Earliest time any lane becomes due (None when nothing is pending)."""
+
+    @abc.abstractmethod
+    async def stats(self, *, now: float | None = None) -> OutboxStats: ...
+
+
+class Store(ConfigStore, Outbox, abc.ABC):
+    """A backend: both contracts on one connection."""
+
+    options: StoreOptions
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Connect and migrate. Idempotent."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Store:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

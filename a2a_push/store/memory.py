@@ -1,0 +1,310 @@
+"""In-memory backend: for unit tests and throwaway demos only (nothing survives a restart)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..errors import TooManyConfigsError
+from .base import (
+    Delivery,
+    DeliveryFilter,
+    DeliveryState,
+    Outcome,
+    OutboxStats,
+    Renderer,
+    Store,
+    StoredConfig,
+    StoreOptions,
+)
+from .paging import decode_page_token, encode_page_token
+
+
+@dataclass(slots=True)
+class _Lane:
+    # Pending delivery ids in sequence order; the head is the only one that may be sent.
+    pending: list[str] = field(default_factory=list)
+    lease_owner: str | None = None
+    lease_until: float = 0.0
+
+
+class MemoryStore(Store):
+    """Implements the store contracts with dicts; same semantics as the durable backends."""
+
+    def __init__(self, options: StoreOptions | None = None) -> None:
+        self.options = options or StoreOptions()
+        self._configs: dict[str, StoredConfig] = {}
+        self._config_index: dict[tuple[str, str, str], str] = {}
+        self._deliveries: dict[str, Delivery] = {}
+        self._lanes: dict[tuple[str, str], _Lane] = {}
+        self._task_seq: dict[str, int] = {}
+
+    async def close(self) -> None:
+        return None
+
+    # ---- configs -------------------------------------------------------------------
+
+    async def put_config(self, config: StoredConfig) -> StoredConfig:
+        index = (config.task_id, config.owner, config.id)
+        existing_key = self._config_index.get(index)
+        if existing_key is None:
+            count = sum(1 for c in self._configs.values() if c.task_id == config.task_id)
+            if count >= self.options.max_configs_per_task:
+                raise TooManyConfigsError(config.task_id, self.options.max_configs_per_task)
+            stored = config
+        else:
+            old = self._configs[existing_key]
+            stored = replace(config, key=existing_key, created_at=old.created_at)
+        self._configs[stored.key] = stored
+        self._config_index[index] = stored.key
+        return stored
+
+    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        key = self._config_index.get((task_id, owner, config_id))
+        return self._configs.get(key) if key else None
+
+    async def get_config_by_key(self, key: str) -> StoredConfig | None:
+        return self._configs.get(key)
+
+    async def list_configs(
+        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
+    ) -> tuple[list[StoredConfig], str | None]:
+        after = decode_page_token(page_token)
+        matching = sorted(
+            (c for c in self._configs.values() if c.task_id == task_id and c.owner == owner),
+            key=lambda c: c.id,
+        )
+        if after is not None:
+            matching = [c for c in matching if c.id > after]
+        page = matching[:page_size]
+        more = len(matching) > page_size
+        return page, encode_page_token(page[-1].id) if more and page else None
+
+    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        key = self._config_index.pop((task_id, owner, config_id), None)
+        if key is None:
+            return False
+        self._dead_letter_config(key, "config deleted", time.time())
+        del self._configs[key]
+        return True
+
+    async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
+        return [c for c in self._configs.values() if c.task_id == task_id and c.enabled]
+
+    async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
+        config = self._configs.get(key)
+        if config is None:
+            return False
+        self._configs[key] = replace(
+            config, enabled=enabled, disabled_reason=None if enabled else reason
+        )
+        if not enabled:
+            self._dead_letter_config(key, f"config disabled: {reason or 'no reason given'}", None)
+        return True
+
+    def _dead_letter_config(self, key: str, reason: str, now: float | None) -> None:
+        now = now or time.time()
+        for lane_key in [k for k in self._lanes if k[0] == key]:
+            lane = self._lanes.pop(lane_key)
+            for delivery_id in lane.pending:
+                d = self._deliveries[delivery_id]
+                self._deliveries[delivery_id] = replace(
+                    d, state=DeliveryState.DEAD, last_error=reason, updated_at=now
+                )
+
+    # ---- outbox --------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task_id: str,
+        kind: str,
+        render: Renderer,
+        *,
+        new_id: Callable[[], str],
+        only_config_key: str | None = None,
+        now: float | None = None,
+    ) -> tuple[int, list[str]]:
+        now = time.time() if now is None else now
+        targets = [
+            c
+            for c in self._configs.values()
+            if c.task_id == task_id
+            and c.enabled
+            and (only_config_key is None or c.key == only_config_key)
+        ]
+        if not targets:
+            return 0, []
+        bodies: dict[str, bytes] = {}
+        seq = self._task_seq.get(task_id, 0) + 1
+        self._task_seq[task_id] = seq
+        ids: list[str] = []
+        for config in targets:
+            body = bodies.get(config.protocol_version)
+            if body is None:
+                body = bodies[config.protocol_version] = render(config.protocol_version)
+            delivery = Delivery(
+                id=new_id(),
+                config_key=config.key,
+                task_id=task_id,
+                seq=seq,
+                kind=kind,
+                body=body,
+                state=DeliveryState.PENDING,
+                attempts=0,
+                next_attempt_at=now,
+                created_at=now,
+                updated_at=now,
+            )
+            self._deliveries[delivery.id] = delivery
+            self._lanes.setdefault((config.key, task_id), _Lane()).pending.append(delivery.id)
+            ids.append(delivery.id)
+        return seq, ids
+
+    def _head(self, lane: _Lane) -> Delivery:
+        return self._deliveries[lane.pending[0]]
+
+    async def claim_due(
+        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+    ) -> list[Delivery]:
+        now = time.time() if now is None else now
+        due = [
+            (self._head(lane).next_attempt_at, lane_key)
+            for lane_key, lane in self._lanes.items()
+            if lane.pending
+            and lane.lease_until <= now
+            and self._head(lane).next_attempt_at <= now
+        ]
+        due.sort()
+        claimed: list[Delivery] = []
+        for _, lane_key in due[:limit]:
+            lane = self._lanes[lane_key]
+            lane.lease_owner = worker_id
+            lane.lease_until = now + lease_seconds
+            head = self._head(lane)
+            config = self._configs.get(head.config_key)
+            claimed.append(replace(head, config=config))
+        return claimed
+
+    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        for o in outcomes:
+            d = self._deliveries.get(o.delivery_id)
+            if d is None or d.state is not DeliveryState.PENDING:
+                continue
+            lane_key = (d.config_key, d.task_id)
+            lane = self._lanes.get(lane_key)
+            if o.kind == "retry":
+                assert o.next_attempt_at is not None
+                self._deliveries[d.id] = replace(
+                    d,
+                    attempts=o.attempts,
+                    next_attempt_at=o.next_attempt_at,
+                    last_status=o.status,
+                    last_error=o.error,
+                    updated_at=now,
+                )
+            else:
+                state = DeliveryState.DELIVERED if o.kind == "delivered" else DeliveryState.DEAD
+                self._deliveries[d.id] = replace(
+                    d,
+                    state=state,
+                    attempts=o.attempts,
+                    last_status=o.status,
+                    last_error=o.error,
+                    updated_at=now,
+                )
+                if lane is not None and d.id in lane.pending:
+                    lane.pending.remove(d.id)
+            if lane is not None:
+                lane.lease_owner, lane.lease_until = None, 0.0
+                if not lane.pending:
+                    del self._lanes[lane_key]
+            config = self._configs.get(o.config_key)
+            if config is not None:
+                if o.config_failing_since is not None and config.failing_since is None:
+                    config = replace(config, failing_since=o.config_failing_since)
+                if o.clear_config_failing:
+                    config = replace(config, failing_since=None)
+                self._configs[config.key] = config
+                if o.disable_config is not None:
+                    await self.set_config_enabled(config.key, False, o.disable_config)
+
+    async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
+        for delivery_id in delivery_ids:
+            d = self._deliveries.get(delivery_id)
+            if d is None:
+                continue
+            lane = self._lanes.get((d.config_key, d.task_id))
+            if lane is not None and lane.lease_owner == worker_id:
+                lane.lease_owner, lane.lease_until = None, 0.0
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        return self._deliveries.get(delivery_id)
+
+    async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
+        out = []
+        for d in sorted(self._deliveries.values(), key=lambda d: d.id):
+            if flt.after_id is not None and d.id <= flt.after_id:
+                continue
+            if flt.state is not None and d.state is not flt.state:
+                continue
+            if flt.task_id is not None and d.task_id != flt.task_id:
+                continue
+            if flt.config_key is not None and d.config_key != flt.config_key:
+                continue
+            if flt.created_after is not None and d.created_at < flt.created_after:
+                continue
+            if flt.created_before is not None and d.created_at >= flt.created_before:
+                continue
+            out.append(d)
+            if len(out) >= flt.limit:
+                break
+        return out
+
+    async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        count = 0
+        for delivery_id in delivery_ids:
+            d = self._deliveries.get(delivery_id)
+            if d is None or d.state is not DeliveryState.DEAD:
+                continue
+            config = self._configs.get(d.config_key)
+            if config is None or not config.enabled:
+                continue
+            self._deliveries[d.id] = replace(
+                d, state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, updated_at=now
+            )
+            lane = self._lanes.setdefault((d.config_key, d.task_id), _Lane())
+            lane.pending.append(d.id)
+            lane.pending.sort(key=lambda i: self._deliveries[i].seq)
+            count += 1
+        return count
+
+    async def next_due_at(self) -> float | None:
+        times = [
+            max(self._head(lane).next_attempt_at, lane.lease_until)
+            for lane in self._lanes.values()
+            if lane.pending
+        ]
+        return min(times) if times else None
+
+    async def stats(self, *, now: float | None = None) -> OutboxStats:
+        now = time.time() if now is None else now
+        pending = [d for d in self._deliveries.values() if d.state is DeliveryState.PENDING]
+        leased = sum(1 for lane in self._lanes.values() if lane.lease_until > now)
+        due = sum(
+            1
+            for lane in self._lanes.values()
+            if lane.pending and lane.lease_until <= now and self._head(lane).next_attempt_at <= now
+        )
+        return OutboxStats(
+            pending=len(pending),
+            due=due,
+            leased=leased,
+            dead=sum(1 for d in self._deliveries.values() if d.state is DeliveryState.DEAD),
+            delivered=sum(
+                1 for d in self._deliveries.values() if d.state is DeliveryState.DELIVERED
+            ),
+            oldest_pending_created_at=min((d.created_at for d in pending), default=None),
+        )

@@ -1,0 +1,22 @@
+"""Opaque page tokens for config listing (keyset paging on the config id)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from ..errors import InvalidConfigError
+
+
+def encode_page_token(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_page_token(token: str | None) -> str | None:
+    if not token:
+        return None
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError) as exc:
+        raise InvalidConfigError("pageToken", "not a page token this server issued") from exc

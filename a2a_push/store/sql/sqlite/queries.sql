@@ -1,0 +1,148 @@
+-- name: insert_config
+INSERT INTO configs (key, id, task_id, owner, tenant, url, auth_scheme, secrets,
+                     protocol_version, enabled, disabled_reason, failing_since, created_at)
+VALUES (:key, :id, :task_id, :owner, :tenant, :url, :auth_scheme, :secrets,
+        :protocol_version, :enabled, :disabled_reason, :failing_since, :created_at);
+
+-- name: replace_config
+UPDATE configs SET tenant = :tenant, url = :url, auth_scheme = :auth_scheme,
+       secrets = :secrets, protocol_version = :protocol_version, enabled = :enabled,
+       disabled_reason = :disabled_reason, failing_since = NULL
+WHERE key = :key;
+
+-- name: find_config_key
+SELECT key, created_at FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
+
+-- name: count_task_configs
+SELECT count(*) FROM configs WHERE task_id = ?;
+
+-- name: config_by_ids
+SELECT * FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
+
+-- name: config_by_key
+SELECT * FROM configs WHERE key = ?;
+
+-- name: configs_page
+SELECT * FROM configs WHERE task_id = ? AND owner = ? AND id > ? ORDER BY id LIMIT ?;
+
+-- name: enabled_task_configs
+SELECT * FROM configs WHERE task_id = ? AND enabled = 1;
+
+-- name: delete_config
+DELETE FROM configs WHERE key = ?;
+
+-- name: set_config_enabled
+UPDATE configs SET enabled = ?, disabled_reason = ? WHERE key = ?;
+
+-- name: set_config_failing_since
+UPDATE configs SET failing_since = ? WHERE key = ? AND failing_since IS NULL;
+
+-- name: clear_config_failing
+UPDATE configs SET failing_since = NULL WHERE key = ? AND failing_since IS NOT NULL;
+
+-- name: all_config_secrets
+SELECT key, secrets FROM configs WHERE secrets IS NOT NULL;
+
+-- name: set_config_secrets
+UPDATE configs SET secrets = ? WHERE key = ?;
+
+-- name: dead_letter_config_deliveries
+UPDATE deliveries SET state = 'dead', last_error = ?, updated_at = ?
+WHERE config_key = ? AND state = 'pending';
+
+-- name: delete_config_lanes
+DELETE FROM lanes WHERE config_key = ?;
+
+-- name: next_task_seq
+INSERT INTO task_seq (task_id, seq) VALUES (?, 1)
+ON CONFLICT (task_id) DO UPDATE SET seq = seq + 1
+RETURNING seq;
+
+-- name: insert_delivery
+INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
+                        next_attempt_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?);
+
+-- name: open_lane
+INSERT INTO lanes (config_key, task_id, head_id, due_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (config_key, task_id) DO NOTHING;
+
+-- name: due_lanes
+SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
+       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+FROM lanes l
+JOIN deliveries d ON d.id = l.head_id
+LEFT JOIN configs c ON c.key = l.config_key
+WHERE l.due_at <= ?
+ORDER BY l.due_at
+LIMIT ?;
+
+-- name: lease_lane
+UPDATE lanes SET due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
+
+-- name: drop_orphan_lane
+DELETE FROM lanes WHERE config_key = ? AND task_id = ? AND head_id = ?;
+
+-- name: pending_delivery
+SELECT config_key, task_id, state FROM deliveries WHERE id = ?;
+
+-- name: finish_delivery
+UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, updated_at = ?
+WHERE id = ? AND state = 'pending';
+
+-- name: retry_delivery
+UPDATE deliveries SET attempts = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
+       updated_at = ?
+WHERE id = ? AND state = 'pending';
+
+-- name: lane_head
+SELECT id, next_attempt_at FROM deliveries
+WHERE config_key = ? AND task_id = ? AND state = 'pending'
+ORDER BY seq LIMIT 1;
+
+-- name: set_lane_head
+INSERT INTO lanes (config_key, task_id, head_id, due_at, lease_owner) VALUES (?, ?, ?, ?, NULL)
+ON CONFLICT (config_key, task_id)
+DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner = NULL;
+
+-- name: lane_lease
+SELECT due_at, lease_owner FROM lanes WHERE config_key = ? AND task_id = ?;
+
+-- name: set_lane_head_only
+UPDATE lanes SET head_id = ? WHERE config_key = ? AND task_id = ?;
+
+-- name: delete_lane
+DELETE FROM lanes WHERE config_key = ? AND task_id = ?;
+
+-- name: release_lane
+UPDATE lanes SET due_at = (SELECT next_attempt_at FROM deliveries WHERE id = lanes.head_id),
+       lease_owner = NULL
+WHERE head_id = ? AND lease_owner = ?;
+
+-- name: delivery_by_id
+SELECT * FROM deliveries WHERE id = ?;
+
+-- name: replay_delivery
+UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ?,
+       last_error = NULL, last_status = NULL
+WHERE id = ? AND state = 'dead'
+  AND EXISTS (SELECT 1 FROM configs c WHERE c.key = deliveries.config_key AND c.enabled = 1)
+RETURNING config_key, task_id;
+
+-- name: next_due_at
+SELECT min(due_at) FROM lanes;
+
+-- name: stats
+SELECT
+    (SELECT count(*) FROM deliveries WHERE state = 'pending'),
+    (SELECT count(*) FROM lanes WHERE due_at <= :now),
+    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > :now),
+    (SELECT count(*) FROM deliveries WHERE state = 'dead'),
+    (SELECT count(*) FROM deliveries WHERE state = 'delivered'),
+    (SELECT min(created_at) FROM deliveries WHERE state = 'pending');

@@ -1,0 +1,554 @@
+"""SQLite backend (the embedded default): WAL, one writer thread, group commit.
+
+All writes (publishes, claims, outcomes) go through one writer thread that runs
+whatever has queued up as one transaction: concurrent publishes share one commit
+(group commit), and a batch costs one thread hop rather than one per statement.
+Reads use an aiosqlite connection of their own (WAL lets them run beside the writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import aiosqlite
+
+from ..errors import SecretDecryptionError, StoreClosedError, TooManyConfigsError
+from .base import (
+    Delivery,
+    DeliveryFilter,
+    DeliveryState,
+    Outcome,
+    OutboxStats,
+    Renderer,
+    Store,
+    StoredConfig,
+    StoreOptions,
+)
+from .paging import decode_page_token, encode_page_token
+from .secrets import SecretBox
+from .sql import migrations, queries
+
+T = TypeVar("T")
+_Q = queries("sqlite")
+_MAX_BATCH = 512
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+
+class SQLiteStore(Store):
+    """Config store and outbox in one SQLite file.
+
+    ``synchronous="FULL"`` (default) fsyncs every commit, so an acknowledged publish
+    survives power loss; ``"NORMAL"`` survives process crashes (kill -9) but may lose the
+    last commits on power loss, for more throughput.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        options: StoreOptions | None = None,
+        *,
+        synchronous: Synchronous = "FULL",
+    ) -> None:
+        self.options = options or StoreOptions()
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._box = SecretBox(self.options.encryption_keys)
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._wake = asyncio.Event()
+        self._writer_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._writer_task is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="a2a-push-sqlite")
+        loop = asyncio.get_running_loop()
+        self._conn = await loop.run_in_executor(self._executor, self._connect_writer)
+        self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+        self._reader.row_factory = aiosqlite.Row
+        await self._reader.execute("PRAGMA busy_timeout = 5000")
+        self._writer_task = asyncio.create_task(self._writer_loop(), name="a2a-push-sqlite-writer")
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self._migrate(conn)
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            for version, script in migrations("sqlite"):
+                if version > current:
+                    for statement in _split_statements(script):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer_task is not None:
+            self._wake.set()
+            await self._writer_task
+        if self._reader is not None:
+            await self._reader.close()
+        if self._executor is not None:
+            conn = self._conn
+            if conn is not None:
+                await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
+            self._executor.shutdown(wait=True)
+
+    # ---- the writer ------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed or self._writer_task is None:
+            raise StoreClosedError("the SQLite store is not open (call open() first)")
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((fn, fut))
+        self._wake.set()
+        return await fut
+
+    async def _writer_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._executor is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                results = await loop.run_in_executor(self._executor, self._run_batch, batch)
+                for (_, fut), (ok, value) in zip(batch, results):
+                    if fut.done():
+                        continue
+                    if ok:
+                        fut.set_result(value)
+                    else:
+                        fut.set_exception(value)
+            if self._closed:
+                return
+
+    def _run_batch(
+        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
+    ) -> list[tuple[bool, Any]]:
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            results = [(True, fn(conn)) for fn, _ in batch]
+            conn.execute("COMMIT")
+            return results
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        if len(batch) == 1:
+            return [self._run_one(conn, batch[0][0])]
+        # One op failed: run each alone so the others still commit.
+        return [self._run_one(conn, fn) for fn, _ in batch]
+
+    @staticmethod
+    def _run_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            value = fn(conn)
+            conn.execute("COMMIT")
+            return True, value
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return False, exc
+
+    async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        if self._closed or self._reader is None:
+            raise StoreClosedError("the SQLite store is not open (call open() first)")
+        async with self._reader.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    # ---- row mapping -----------------------------------------------------------------
+
+    def _config_from_row(self, row: Any, prefix: str = "") -> StoredConfig:
+        token, credentials = self._box.open(row[prefix + "secrets"])
+        return StoredConfig(
+            key=row[prefix + "key"],
+            id=row[prefix + "id"],
+            task_id=row[prefix + "task_id"],
+            owner=row[prefix + "owner"],
+            tenant=row[prefix + "tenant"],
+            url=row[prefix + "url"],
+            token=token,
+            auth_scheme=row[prefix + "auth_scheme"],
+            auth_credentials=credentials,
+            protocol_version=row[prefix + "protocol_version"],
+            enabled=bool(row[prefix + "enabled"]),
+            disabled_reason=row[prefix + "disabled_reason"],
+            failing_since=row[prefix + "failing_since"],
+            created_at=row[prefix + "created_at"],
+        )
+
+    @staticmethod
+    def _delivery_from_row(row: Any) -> Delivery:
+        return Delivery(
+            id=row["id"],
+            config_key=row["config_key"],
+            task_id=row["task_id"],
+            seq=row["seq"],
+            kind=row["kind"],
+            body=bytes(row["body"]),
+            state=DeliveryState(row["state"]),
+            attempts=row["attempts"],
+            next_attempt_at=row["next_attempt_at"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            last_status=row["last_status"],
+            last_error=row["last_error"],
+        )
+
+    # ---- configs ---------------------------------------------------------------------
+
+    async def put_config(self, config: StoredConfig) -> StoredConfig:
+        sealed = self._box.seal(config.token, config.auth_credentials)
+        cap = self.options.max_configs_per_task
+
+        def op(conn: sqlite3.Connection) -> StoredConfig:
+            found = conn.execute(
+                _Q["find_config_key"], (config.task_id, config.owner, config.id)
+            ).fetchone()
+            values = _config_params(config, sealed)
+            if found is None:
+                (count,) = conn.execute(_Q["count_task_configs"], (config.task_id,)).fetchone()
+                if count >= cap:
+                    raise TooManyConfigsError(config.task_id, cap)
+                conn.execute(_Q["insert_config"], values)
+                return config
+            values["key"] = found["key"]
+            conn.execute(_Q["replace_config"], values)
+            return config.with_changes(
+                key=found["key"], created_at=found["created_at"], failing_since=None
+            )
+
+        return await self._write(op)
+
+    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        rows = await self._read(_Q["config_by_ids"], (task_id, owner, config_id))
+        return self._config_from_row(rows[0]) if rows else None
+
+    async def get_config_by_key(self, key: str) -> StoredConfig | None:
+        rows = await self._read(_Q["config_by_key"], (key,))
+        return self._config_from_row(rows[0]) if rows else None
+
+    async def list_configs(
+        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
+    ) -> tuple[list[StoredConfig], str | None]:
+        after = decode_page_token(page_token) or ""
+        rows = await self._read(_Q["configs_page"], (task_id, owner, after, page_size + 1))
+        page = [self._config_from_row(r) for r in rows[:page_size]]
+        more = len(rows) > page_size
+        return page, encode_page_token(page[-1].id) if more and page else None
+
+    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(_Q["find_config_key"], (task_id, owner, config_id)).fetchone()
+            if found is None:
+                return False
+            _dead_letter_config(conn, found["key"], "config deleted", time.time())
+            conn.execute(_Q["delete_config"], (found["key"],))
+            return True
+
+        return await self._write(op)
+
+    async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
+        rows = await self._read(_Q["enabled_task_configs"], (task_id,))
+        return [self._config_from_row(r) for r in rows]
+
+    async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            return _set_enabled(conn, key, enabled, reason, time.time())
+
+        return await self._write(op)
+
+    async def reencrypt_secrets(self, previous_keys: Sequence[str] | None = None) -> int:
+        """Re-seal every stored secret with the current primary key.
+
+        ``previous_keys``: the keys the rows are sealed with now (None: in clear), for
+        turning encryption on; rotation within ``encryption_keys`` needs no argument.
+        """
+        old = SecretBox(previous_keys) if previous_keys is not None else SecretBox(None)
+        box = self._box
+
+        def op(conn: sqlite3.Connection) -> int:
+            rows = conn.execute(_Q["all_config_secrets"]).fetchall()
+            for row in rows:
+                sealed = row["secrets"]
+                try:
+                    token, credentials = old.open(sealed)
+                except SecretDecryptionError:
+                    token, credentials = box.open(sealed)
+                conn.execute(_Q["set_config_secrets"], (box.seal(token, credentials), row["key"]))
+            return len(rows)
+
+        return await self._write(op)
+
+    # ---- outbox ----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task_id: str,
+        kind: str,
+        render: Renderer,
+        *,
+        new_id: Callable[[], str],
+        only_config_key: str | None = None,
+        now: float | None = None,
+    ) -> tuple[int, list[str]]:
+        def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
+            at = time.time() if now is None else now
+            targets = [
+                (row["key"], row["protocol_version"])
+                for row in conn.execute(_Q["enabled_task_configs"], (task_id,))
+                if only_config_key is None or row["key"] == only_config_key
+            ]
+            if not targets:
+                return 0, []
+            (seq,) = conn.execute(_Q["next_task_seq"], (task_id,)).fetchone()
+            bodies: dict[str, bytes] = {}
+            rows, lanes, ids = [], [], []
+            for key, version in targets:
+                body = bodies.get(version)
+                if body is None:
+                    body = bodies[version] = render(version)
+                delivery_id = new_id()
+                ids.append(delivery_id)
+                rows.append((delivery_id, key, task_id, seq, kind, body, at, at, at))
+                lanes.append((key, task_id, delivery_id, at))
+            conn.executemany(_Q["insert_delivery"], rows)
+            conn.executemany(_Q["open_lane"], lanes)
+            return seq, ids
+
+        return await self._write(op)
+
+    async def claim_due(
+        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+    ) -> list[Delivery]:
+        def op(conn: sqlite3.Connection) -> list[Delivery]:
+            at = time.time() if now is None else now
+            rows = conn.execute(_Q["due_lanes"], (at, limit)).fetchall()
+            claimed: list[Delivery] = []
+            leases = []
+            for row in rows:
+                if row["state"] != DeliveryState.PENDING.value:
+                    # A lane whose head is no longer pending: repair it (never expected).
+                    _advance_lane(conn, row["lane_config_key"], row["lane_task_id"])
+                    continue
+                delivery = self._delivery_from_row(row)
+                config, config_error = None, None
+                if row["c_key"] is not None:
+                    try:
+                        config = self._config_from_row(row, prefix="c_")
+                    except SecretDecryptionError as exc:
+                        config_error = str(exc)
+                claimed.append(
+                    Delivery(
+                        **{
+                            **_delivery_fields(delivery),
+                            "config": config,
+                            "config_error": config_error,
+                        }
+                    )
+                )
+                leases.append(
+                    (at + lease_seconds, worker_id, row["lane_config_key"], row["lane_task_id"])
+                )
+            conn.executemany(_Q["lease_lane"], leases)
+            return claimed
+
+        return await self._write(op)
+
+    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
+        if not outcomes:
+            return
+
+        def op(conn: sqlite3.Connection) -> None:
+            at = time.time() if now is None else now
+            for o in outcomes:
+                if o.kind == "retry":
+                    assert o.next_attempt_at is not None
+                    changed = conn.execute(
+                        _Q["retry_delivery"],
+                        (o.attempts, o.status, o.error, o.next_attempt_at, at, o.delivery_id),
+                    ).rowcount
+                else:
+                    state = "delivered" if o.kind == "delivered" else "dead"
+                    changed = conn.execute(
+                        _Q["finish_delivery"],
+                        (state, o.attempts, o.status, o.error, at, o.delivery_id),
+                    ).rowcount
+                if changed:
+                    _advance_lane(conn, o.config_key, o.task_id)
+                if o.config_failing_since is not None:
+                    conn.execute(
+                        _Q["set_config_failing_since"], (o.config_failing_since, o.config_key)
+                    )
+                if o.clear_config_failing:
+                    conn.execute(_Q["clear_config_failing"], (o.config_key,))
+                if o.disable_config is not None:
+                    _set_enabled(conn, o.config_key, False, o.disable_config, at)
+
+        await self._write(op)
+
+    async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
+        if not delivery_ids:
+            return
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.executemany(_Q["release_lane"], [(i, worker_id) for i in delivery_ids])
+
+        await self._write(op)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        rows = await self._read(_Q["delivery_by_id"], (delivery_id,))
+        return self._delivery_from_row(rows[0]) if rows else None
+
+    async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
+        clauses, params = ["1 = 1"], []
+        if flt.state is not None:
+            clauses.append("state = ?")
+            params.append(flt.state.value)
+        if flt.task_id is not None:
+            clauses.append("task_id = ?")
+            params.append(flt.task_id)
+        if flt.config_key is not None:
+            clauses.append("config_key = ?")
+            params.append(flt.config_key)
+        if flt.created_after is not None:
+            clauses.append("created_at >= ?")
+            params.append(flt.created_after)
+        if flt.created_before is not None:
+            clauses.append("created_at < ?")
+            params.append(flt.created_before)
+        if flt.after_id is not None:
+            clauses.append("id > ?")
+            params.append(flt.after_id)
+        # Only fixed clause strings are joined; every value is a bound parameter.
+        sql = f"SELECT * FROM deliveries WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ?"
+        rows = await self._read(sql, [*params, flt.limit])
+        return [self._delivery_from_row(r) for r in rows]
+
+    async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            at = time.time() if now is None else now
+            lanes: set[tuple[str, str]] = set()
+            count = 0
+            for delivery_id in delivery_ids:
+                row = conn.execute(_Q["replay_delivery"], (at, at, delivery_id)).fetchone()
+                if row is not None:
+                    count += 1
+                    lanes.add((row["config_key"], row["task_id"]))
+            for config_key, task_id in lanes:
+                _advance_lane(conn, config_key, task_id, keep_lease=True)
+            return count
+
+        return await self._write(op)
+
+    async def next_due_at(self) -> float | None:
+        rows = await self._read(_Q["next_due_at"])
+        value = rows[0][0] if rows else None
+        return float(value) if value is not None else None
+
+    async def stats(self, *, now: float | None = None) -> OutboxStats:
+        at = time.time() if now is None else now
+        rows = await self._read(_Q["stats"], {"now": at})
+        pending, due, leased, dead, delivered, oldest = rows[0]
+        return OutboxStats(
+            pending=pending,
+            due=due,
+            leased=leased,
+            dead=dead,
+            delivered=delivered,
+            oldest_pending_created_at=oldest,
+        )
+
+
+# ---- helpers run on the writer thread ---------------------------------------------------
+
+
+def _advance_lane(
+    conn: sqlite3.Connection, config_key: str, task_id: str, *, keep_lease: bool = False
+) -> None:
+    """Point the lane at its lowest-seq pending delivery, or drop it when empty."""
+    head = conn.execute(_Q["lane_head"], (config_key, task_id)).fetchone()
+    if head is None:
+        conn.execute(_Q["delete_lane"], (config_key, task_id))
+        return
+    if keep_lease:
+        lane = conn.execute(_Q["lane_lease"], (config_key, task_id)).fetchone()
+        if lane is not None and lane["lease_owner"] is not None:
+            # In flight: the worker's outcome will advance the lane; just fix the head.
+            conn.execute(_Q["set_lane_head_only"], (head["id"], config_key, task_id))
+            return
+    conn.execute(_Q["set_lane_head"], (config_key, task_id, head["id"], head["next_attempt_at"]))
+
+
+def _set_enabled(
+    conn: sqlite3.Connection, key: str, enabled: bool, reason: str | None, now: float
+) -> bool:
+    changed = conn.execute(
+        _Q["set_config_enabled"], (1 if enabled else 0, None if enabled else reason, key)
+    ).rowcount
+    if changed and not enabled:
+        _dead_letter_config(conn, key, f"config disabled: {reason or 'no reason given'}", now)
+    return bool(changed)
+
+
+def _dead_letter_config(conn: sqlite3.Connection, key: str, reason: str, now: float) -> None:
+    conn.execute(_Q["dead_letter_config_deliveries"], (reason, now, key))
+    conn.execute(_Q["delete_config_lanes"], (key,))
+
+
+def _config_params(config: StoredConfig, sealed: str | None) -> dict[str, Any]:
+    return {
+        "key": config.key,
+        "id": config.id,
+        "task_id": config.task_id,
+        "owner": config.owner,
+        "tenant": config.tenant,
+        "url": config.url,
+        "auth_scheme": config.auth_scheme,
+        "secrets": sealed,
+        "protocol_version": config.protocol_version,
+        "enabled": 1 if config.enabled else 0,
+        "disabled_reason": config.disabled_reason,
+        "failing_since": config.failing_since,
+        "created_at": config.created_at,
+    }
+
+
+def _delivery_fields(d: Delivery) -> dict[str, Any]:
+    return {name: getattr(d, name) for name in Delivery.__slots__}  # type: ignore[attr-defined]
+
+
+def _split_statements(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,285 @@
+"""One contract, every backend: the dispatcher and notifier rely on exactly this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from a2a_push.errors import InvalidConfigError, TooManyConfigsError
+from a2a_push.store import DeliveryFilter, DeliveryState, Outcome, Store, StoreOptions
+
+from .conftest import BACKENDS, config, ids, make_store
+
+NOW = 1_700_000_000.0
+
+
+def body_for(version: str) -> bytes:
+    return f'{{"v":"{version}"}}'.encode()
+
+
+async def enqueue(store: Store, task_id: str = "task-1", **kw: object) -> tuple[int, list[str]]:
+    return await store.enqueue(task_id, "statusUpdate", body_for, new_id=ids(), now=NOW, **kw)  # type: ignore[arg-type]
+
+
+def done(d, kind="delivered", **kw):  # type: ignore[no-untyped-def]
+    return Outcome(d.id, d.config_key, d.task_id, kind, attempts=d.attempts + 1, **kw)
+
+
+# ---- configs --------------------------------------------------------------------------
+
+
+async def test_put_and_get_config_is_scoped_to_owner(store: Store) -> None:
+    c = await store.put_config(config(id="a", token="tok", auth_scheme="Bearer", auth_credentials="s3"))
+    assert await store.get_config("task-1", "a", "alice") == c
+    assert await store.get_config("task-1", "a", "mallory") is None
+    assert (await store.get_config_by_key(c.key)) == c
+
+
+async def test_put_config_with_same_id_replaces_and_keeps_key(store: Store) -> None:
+    first = await store.put_config(config(id="a", url="http://127.0.0.1:9/one"))
+    second = await store.put_config(config(id="a", url="http://127.0.0.1:9/two"))
+    assert second.key == first.key
+    got = await store.get_config("task-1", "a", "alice")
+    assert got is not None and got.url == "http://127.0.0.1:9/two"
+    page, _ = await store.list_configs("task-1", "alice")
+    assert len(page) == 1
+
+
+async def test_per_task_cap_is_enforced(tmp_path: Path) -> None:
+    for kind in BACKENDS:
+        s = make_store(kind, tmp_path / kind, StoreOptions(max_configs_per_task=2))
+        async with s:
+            await s.put_config(config("t"))
+            await s.put_config(config("t"))
+            with pytest.raises(TooManyConfigsError) as err:
+                await s.put_config(config("t"))
+            assert isinstance(err.value, InvalidConfigError)
+            await s.put_config(config("other-task"))  # the cap is per task
+
+
+async def test_list_configs_pages_and_scopes(store: Store) -> None:
+    for i in range(5):
+        await store.put_config(config(id=f"c{i}"))
+    await store.put_config(config(id="x", owner="bob"))
+    page1, token = await store.list_configs("task-1", "alice", page_size=2)
+    page2, token2 = await store.list_configs("task-1", "alice", page_size=2, page_token=token)
+    page3, token3 = await store.list_configs("task-1", "alice", page_size=2, page_token=token2)
+    assert [c.id for c in page1 + page2 + page3] == ["c0", "c1", "c2", "c3", "c4"]
+    assert token3 is None
+    with pytest.raises(InvalidConfigError):
+        await store.list_configs("task-1", "alice", page_token="!!not-a-token")
+
+
+async def test_delete_config_dead_letters_its_pending_deliveries(store: Store) -> None:
+    c = await store.put_config(config(id="a"))
+    _, (delivery_id,) = await enqueue(store)
+    assert await store.delete_config("task-1", "a", "mallory") is False
+    assert await store.delete_config("task-1", "a", "alice") is True
+    assert await store.delete_config("task-1", "a", "alice") is False
+    d = await store.get_delivery(delivery_id)
+    assert d is not None and d.state is DeliveryState.DEAD and d.last_error == "config deleted"
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW) == []
+    assert await store.get_config_by_key(c.key) is None
+
+
+# ---- enqueue --------------------------------------------------------------------------
+
+
+async def test_enqueue_without_configs_is_a_no_op(store: Store) -> None:
+    assert await enqueue(store) == (0, [])
+    assert (await store.stats(now=NOW)).pending == 0
+
+
+async def test_enqueue_fans_out_with_one_sequence_number_per_event(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await store.put_config(config(id="b", owner="bob", version="0.3"))
+    seq1, ids1 = await enqueue(store)
+    seq2, ids2 = await enqueue(store)
+    assert (seq1, seq2) == (1, 2)
+    assert len(ids1) == len(ids2) == 2
+    bodies = {}
+    for delivery_id in ids1:
+        d = await store.get_delivery(delivery_id)
+        assert d is not None
+        bodies[d.config_key] = d.body
+    assert sorted(bodies.values()) == [b'{"v":"0.3"}', b'{"v":"1.0"}']
+
+
+async def test_enqueue_skips_disabled_configs_and_targets_one_config(store: Store) -> None:
+    a = await store.put_config(config(id="a"))
+    b = await store.put_config(config(id="b"))
+    _, only = await enqueue(store, only_config_key=b.key)
+    assert len(only) == 1
+    assert (await store.get_delivery(only[0])).config_key == b.key  # type: ignore[union-attr]
+    await store.set_config_enabled(a.key, False, "test")
+    _, after = await enqueue(store)
+    assert len(after) == 1
+
+
+# ---- claims, order, leases ------------------------------------------------------------
+
+
+async def test_claim_returns_one_delivery_per_lane_in_order(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    await enqueue(store, "task-2")  # no config on task-2: nothing
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert [d.seq for d in claimed] == [1]
+    assert claimed[0].config is not None and claimed[0].config.id == "a"
+    # The lane is leased: its next event waits for the first to finish.
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW) == []
+    await store.complete([done(claimed[0], status=200)], now=NOW)
+    nxt = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert [d.seq for d in nxt] == [2]
+
+
+async def test_lanes_are_independent(store: Store) -> None:
+    await store.put_config(config("t1", id="a"))
+    await store.put_config(config("t2", id="a"))
+    await enqueue(store, "t1")
+    await enqueue(store, "t2")
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert sorted(d.task_id for d in claimed) == ["t1", "t2"]
+
+
+async def test_retry_reschedules_and_blocks_the_lane_until_due(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete(
+        [done(d, "retry", status=503, error="HTTP 503", next_attempt_at=NOW + 60)], now=NOW
+    )
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 59) == []
+    assert await store.next_due_at() == pytest.approx(NOW + 60)
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 60)
+    assert again.id == d.id and again.attempts == 1 and again.last_status == 503
+
+
+async def test_expired_lease_returns_work_to_the_queue(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="dead-worker", now=NOW)
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w2", now=NOW + 29) == []
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w2", now=NOW + 31)
+    assert again.id == d.id
+
+
+async def test_release_gives_work_back_at_once(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=300, worker_id="w", now=NOW)
+    await store.release([d.id], worker_id="someone-else")
+    assert await store.claim_due(10, lease_seconds=300, worker_id="w", now=NOW + 1) == []
+    await store.release([d.id], worker_id="w")
+    (again,) = await store.claim_due(10, lease_seconds=300, worker_id="w", now=NOW + 1)
+    assert again.id == d.id
+
+
+async def test_claim_limit_is_respected(store: Store) -> None:
+    for i in range(5):
+        await store.put_config(config(f"t{i}", id="a"))
+        await enqueue(store, f"t{i}")
+    assert len(await store.claim_due(3, lease_seconds=30, worker_id="w", now=NOW)) == 3
+    assert len(await store.claim_due(3, lease_seconds=30, worker_id="w", now=NOW)) == 2
+
+
+# ---- dead letters and replay ----------------------------------------------------------
+
+
+async def test_dead_letter_unblocks_the_lane_and_can_be_replayed(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d1, "dead", status=400, error="HTTP 400")], now=NOW)
+    (d2,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert d2.seq == 2
+    dead = await store.list_deliveries(DeliveryFilter(state=DeliveryState.DEAD))
+    assert [d.id for d in dead] == [d1.id]
+    assert dead[0].last_error == "HTTP 400"
+    await store.complete([done(d2, status=204)], now=NOW)
+    assert await store.replay([d1.id, "msg_unknown"], now=NOW + 5) == 1
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 5)
+    assert again.id == d1.id and again.attempts == 0
+    assert await store.replay([d2.id], now=NOW) == 0  # delivered, not dead
+
+
+async def test_replay_puts_the_older_event_first(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d1, "dead", error="x")], now=NOW)
+    await enqueue(store)
+    await store.replay([d1.id], now=NOW)
+    (head,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert head.seq == 1
+
+
+async def test_outcome_can_disable_the_config(store: Store) -> None:
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    _, (later,) = await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d, "dead", status=410, disable_config="HTTP 410 Gone")], now=NOW)
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and not got.enabled and got.disabled_reason == "HTTP 410 Gone"
+    d2 = await store.get_delivery(later)
+    assert d2 is not None and d2.state is DeliveryState.DEAD
+    assert "disabled" in (d2.last_error or "")
+    assert await store.configs_for_task("task-1") == []
+    assert await enqueue(store) == (0, [])
+
+
+async def test_failing_since_is_recorded_and_cleared(store: Store) -> None:
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete(
+        [done(d, "retry", next_attempt_at=NOW, config_failing_since=NOW - 5)], now=NOW
+    )
+    assert (await store.get_config_by_key(c.key)).failing_since == NOW - 5  # type: ignore[union-attr]
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d, clear_config_failing=True)], now=NOW)
+    assert (await store.get_config_by_key(c.key)).failing_since is None  # type: ignore[union-attr]
+
+
+async def test_completing_twice_is_harmless(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d)], now=NOW)
+    await store.complete([done(d, "dead", error="late")], now=NOW)
+    got = await store.get_delivery(d.id)
+    assert got is not None and got.state is DeliveryState.DELIVERED
+
+
+async def test_list_deliveries_filters_and_pages(store: Store) -> None:
+    a = await store.put_config(config(id="a"))
+    await store.put_config(config("task-2", id="a"))
+    for _ in range(3):
+        await enqueue(store)
+    await enqueue(store, "task-2")
+    by_task = await store.list_deliveries(DeliveryFilter(task_id="task-1"))
+    assert len(by_task) == 3
+    by_config = await store.list_deliveries(DeliveryFilter(config_key=a.key, limit=2))
+    rest = await store.list_deliveries(
+        DeliveryFilter(config_key=a.key, after_id=by_config[-1].id)
+    )
+    assert len(by_config) == 2 and len(rest) == 1
+    assert await store.list_deliveries(DeliveryFilter(created_after=NOW + 1)) == []
+
+
+async def test_stats(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    stats = await store.stats(now=NOW)
+    assert stats.pending == 2 and stats.due == 1 and stats.oldest_pending_created_at == NOW
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert (await store.stats(now=NOW)).leased == 1
+    await store.complete([done(d, "dead", error="x")], now=NOW)
+    stats = await store.stats(now=NOW)
+    assert stats.dead == 1 and stats.pending == 1

@@ -1,0 +1,140 @@
+"""What only a durable backend can show: persistence, encryption at rest, migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from a2a_push.errors import SecretDecryptionError
+from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
+
+from .conftest import config, ids
+
+NOW = 1_700_000_000.0
+
+
+def raw_bytes(db: Path) -> bytes:
+    data = b""
+    for suffix in ("", "-wal"):
+        f = db.with_name(db.name + suffix)
+        if f.exists():
+            data += f.read_bytes()
+    return data
+
+
+async def test_secrets_are_encrypted_at_rest(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    token, credentials = "tok-SECRET-1234567890", "cred-SECRET-abcdefghij"
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:
+        c = await store.put_config(
+            config(token=token, auth_scheme="Bearer", auth_credentials=credentials)
+        )
+        got = await store.get_config_by_key(c.key)
+        assert got is not None and got.token == token and got.auth_credentials == credentials
+    data = raw_bytes(db)
+    assert token.encode() not in data and credentials.encode() not in data
+    assert b"Bearer" in data  # the scheme is not secret
+
+
+async def test_wrong_key_is_an_error_never_plaintext(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:
+        c = await store.put_config(config(token="tok"))
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:
+        with pytest.raises(SecretDecryptionError):
+            await store.get_config_by_key(c.key)
+    async with SQLiteStore(db) as store:  # no key at all
+        with pytest.raises(SecretDecryptionError):
+            await store.get_config_by_key(c.key)
+
+
+async def test_claim_reports_undecryptable_config_instead_of_failing(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:
+        await store.put_config(config(token="tok"))
+        await store.enqueue("task-1", "task", lambda v: b"{}", new_id=ids(), now=NOW)
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:
+        (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+        assert d.config is None and d.config_error is not None
+        assert "decrypt" in d.config_error
+
+
+async def test_key_rotation_and_turning_encryption_on(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db) as store:
+        c = await store.put_config(config(token="tok-plain"))
+    k1, k2 = generate_key(), generate_key()
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[k1])) as store:
+        with pytest.raises(SecretDecryptionError):
+            await store.get_config_by_key(c.key)  # clear rows are refused once a key is set
+        assert await store.reencrypt_secrets(previous_keys=None) == 1
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[k2, k1])) as store:
+        assert (await store.get_config_by_key(c.key)).token == "tok-plain"  # type: ignore[union-attr]
+        await store.reencrypt_secrets()
+    async with SQLiteStore(db, StoreOptions(encryption_keys=[k2])) as store:
+        assert (await store.get_config_by_key(c.key)).token == "tok-plain"  # type: ignore[union-attr]
+
+
+async def test_everything_survives_reopen(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db) as store:
+        await store.put_config(config(id="a"))
+        await store.enqueue("task-1", "task", lambda v: b"one", new_id=ids(), now=NOW)
+        (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+        await store.complete(
+            [
+                Outcome(
+                    d.id, d.config_key, d.task_id, "retry", attempts=1, next_attempt_at=NOW + 100
+                )
+            ],
+            now=NOW,
+        )
+        await store.enqueue("task-1", "statusUpdate", lambda v: b"two", new_id=ids(), now=NOW)
+    async with SQLiteStore(db) as store:
+        assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 99) == []
+        (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 100)
+        assert again.body == b"one" and again.attempts == 1
+        seq, _ = await store.enqueue("task-1", "x", lambda v: b"3", new_id=ids(), now=NOW)
+        assert seq == 3
+
+
+async def test_migrations_are_versioned_and_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "push.db"
+    for _ in range(2):
+        async with SQLiteStore(db):
+            pass
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_concurrent_publishes_share_commits(tmp_path: Path) -> None:
+    import asyncio
+
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        for i in range(20):
+            await store.put_config(config(f"t{i}", id="a"))
+        results = await asyncio.gather(
+            *(
+                store.enqueue(f"t{i % 20}", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+                for i in range(400)
+            )
+        )
+        assert all(len(r[1]) == 1 for r in results)
+        seqs: dict[str, list[int]] = {}
+        for i, (seq, _) in enumerate(results):
+            seqs.setdefault(f"t{i % 20}", []).append(seq)
+        assert all(sorted(v) == list(range(1, 21)) for v in seqs.values())
+        assert (await store.stats(now=NOW)).pending == 400
+
+
+def test_open_store_urls(tmp_path: Path) -> None:
+    assert isinstance(open_store(tmp_path / "a.db"), SQLiteStore)
+    assert open_store("sqlite:///rel.db").path == Path("rel.db")  # type: ignore[attr-defined]
+    assert open_store("sqlite:////abs/x.db").path == Path("/abs/x.db")  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="sqlite"):
+        open_store("sqlite://")
+    with pytest.raises(ValueError, match="unsupported"):
+        open_store("mysql://x")
