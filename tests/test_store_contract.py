@@ -156,6 +156,7 @@ async def test_retry_reschedules_and_blocks_the_lane_until_due(store: Store) -> 
     assert await store.next_due_at() == pytest.approx(NOW + 60)
     (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 60)
     assert again.id == d.id and again.attempts == 1 and again.last_status == 503
+    assert again.rounds == 1
 
 
 async def test_expired_lease_returns_work_to_the_queue(store: Store) -> None:

@@ -189,6 +189,10 @@ def _looks_numeric(host: str) -> bool:
     return (last.isascii() and last.isdigit()) or _HEX_LABEL.fullmatch(last) is not None
 
 
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
 class _Refusal(NamedTuple):
     address: str  # as shown in messages
     category: str  # "loopback", "private", ...
@@ -415,9 +419,9 @@ class AddressPolicy:
 
     def _refusal_message(self, refusal: _Refusal, host: str | None = None) -> str:
         if host is None:
-            subject = f"{refusal.address} is a {refusal.category} address"
+            subject = f"{refusal.address} is {_a(refusal.category)} address"
         else:
-            subject = f"host {host!r} resolves to {refusal.address}, a {refusal.category} address"
+            subject = f"host {host!r} resolves to {refusal.address}, {_a(refusal.category)} address"
         if refusal.category == _METADATA:
             hint = "add that exact address to the SSRF allowlist (AddressPolicy allow=[...])"
         else:

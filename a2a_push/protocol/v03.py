@@ -96,14 +96,19 @@ def _list(value: Any, where: str) -> list[Any] | None:
     return value
 
 
+def _first_error(exc: ValidationError) -> tuple[list[str], str]:
+    """The first problem of ``exc``: its location in camelCase and its message."""
+    first = exc.errors(include_input=False, include_url=False)[0]
+    loc = [to_camel(p) if isinstance(p, str) else str(p) for p in first["loc"]]
+    return loc, first["msg"].removeprefix("Value error, ")
+
+
 def _convert(where: str, build: Callable[[], _T]) -> _T:
     try:
         return build()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        path = f"{where}.{loc}" if loc else where
-        raise V03FormatError(f"{path}: {first['msg']}") from exc
+        loc, msg = _first_error(exc)
+        raise V03FormatError(f"{'.'.join([where, *loc])}: {msg}") from exc
 
 
 def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,8 +118,7 @@ def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- push configs
 
 
-def _v03_field_path(loc: tuple[int | str, ...], prefix: str) -> str:
-    names = [to_camel(str(p)) for p in loc]
+def _v03_field_path(names: list[str], prefix: str) -> str:
     if names[:1] == ["taskId"]:
         return "taskId"
     if names[:2] == ["authentication", "scheme"]:
@@ -144,8 +148,8 @@ def _push_config(data: Any, task_id: str | None, prefix: str) -> TaskPushNotific
     try:
         return TaskPushNotificationConfig.model_validate(_without_none(fields))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InvalidConfigError(_v03_field_path(first["loc"], prefix), first["msg"]) from exc
+        loc, msg = _first_error(exc)
+        raise InvalidConfigError(_v03_field_path(loc, prefix), msg) from exc
 
 
 def config_from_v03(data: Mapping[str, Any]) -> TaskPushNotificationConfig:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 import time
 from collections.abc import Collection, Mapping
 from typing import Any, Final
@@ -183,7 +184,8 @@ def _public_key(kty: str, members: tuple[str, ...]) -> PublicKey:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    # json.loads accepts NaN and Infinity; an exp of Infinity must not mean "never expires".
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_claims(

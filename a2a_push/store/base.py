@@ -67,6 +67,8 @@ class Delivery:
     next_attempt_at: float
     created_at: float
     updated_at: float
+    # How many times it was rescheduled (indexes the durable retry schedule).
+    rounds: int = 0
     last_status: int | None = None
     last_error: str | None = None
     # Filled in by claim_due(): the config the delivery goes to, as of the claim.
@@ -75,7 +77,8 @@ class Delivery:
     config_error: str | None = None
 
 
-OutcomeKind = Literal["delivered", "retry", "dead"]
+OutcomeKind = Literal["delivered", "retry", "dead", "defer"]
+"""defer: push back without an attempt (breaker open, endpoint busy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,7 @@ class Outcome:
     attempts: int
     status: int | None = None
     error: str | None = None
-    next_attempt_at: float | None = None  # required for "retry"
+    next_attempt_at: float | None = None  # required for "retry" and "defer"
     # Config side effects, applied in the same transaction.
     disable_config: str | None = None  # reason, when the config must be disabled
     config_failing_since: float | None = None

@@ -194,11 +194,15 @@ class MemoryStore(Store):
                 continue
             lane_key = (d.config_key, d.task_id)
             lane = self._lanes.get(lane_key)
-            if o.kind == "retry":
+            if o.kind == "defer":
+                assert o.next_attempt_at is not None
+                self._deliveries[d.id] = replace(d, next_attempt_at=o.next_attempt_at, updated_at=now)
+            elif o.kind == "retry":
                 assert o.next_attempt_at is not None
                 self._deliveries[d.id] = replace(
                     d,
                     attempts=o.attempts,
+                    rounds=d.rounds + 1,
                     next_attempt_at=o.next_attempt_at,
                     last_status=o.status,
                     last_error=o.error,
@@ -273,7 +277,14 @@ class MemoryStore(Store):
             if config is None or not config.enabled:
                 continue
             self._deliveries[d.id] = replace(
-                d, state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, updated_at=now
+                d,
+                state=DeliveryState.PENDING,
+                attempts=0,
+                rounds=0,
+                last_error=None,
+                last_status=None,
+                next_attempt_at=now,
+                updated_at=now,
             )
             lane = self._lanes.setdefault((d.config_key, d.task_id), _Lane())
             lane.pending.append(d.id)

@@ -219,6 +219,7 @@ class SQLiteStore(Store):
             body=bytes(row["body"]),
             state=DeliveryState(row["state"]),
             attempts=row["attempts"],
+            rounds=row["rounds"],
             next_attempt_at=row["next_attempt_at"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
@@ -393,7 +394,12 @@ class SQLiteStore(Store):
         def op(conn: sqlite3.Connection) -> None:
             at = time.time() if now is None else now
             for o in outcomes:
-                if o.kind == "retry":
+                if o.kind == "defer":
+                    assert o.next_attempt_at is not None
+                    changed = conn.execute(
+                        _Q["defer_delivery"], (o.next_attempt_at, at, o.delivery_id)
+                    ).rowcount
+                elif o.kind == "retry":
                     assert o.next_attempt_at is not None
                     changed = conn.execute(
                         _Q["retry_delivery"],

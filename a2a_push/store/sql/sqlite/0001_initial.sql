@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     kind            TEXT NOT NULL,
     body            BLOB NOT NULL,
     state           TEXT NOT NULL,      -- pending | delivered | dead
-    attempts        INTEGER NOT NULL DEFAULT 0,
+    attempts        INTEGER NOT NULL DEFAULT 0,  -- HTTP attempts made
+    rounds          INTEGER NOT NULL DEFAULT 0,  -- claims that ended in a retry
     next_attempt_at REAL NOT NULL,
     created_at      REAL NOT NULL,
     updated_at      REAL NOT NULL,

@@ -69,7 +69,7 @@ ON CONFLICT (config_key, task_id) DO NOTHING;
 
 -- name: due_lanes
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
-       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts,
+       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
@@ -97,9 +97,12 @@ UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, 
 WHERE id = ? AND state = 'pending';
 
 -- name: retry_delivery
-UPDATE deliveries SET attempts = ?, last_status = ?, last_error = ?, next_attempt_at = ?,
-       updated_at = ?
+UPDATE deliveries SET attempts = ?, rounds = rounds + 1, last_status = ?, last_error = ?,
+       next_attempt_at = ?, updated_at = ?
 WHERE id = ? AND state = 'pending';
+
+-- name: defer_delivery
+UPDATE deliveries SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'pending';
 
 -- name: lane_head
 SELECT id, next_attempt_at FROM deliveries
@@ -129,7 +132,7 @@ WHERE head_id = ? AND lease_owner = ?;
 SELECT * FROM deliveries WHERE id = ?;
 
 -- name: replay_delivery
-UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ?,
+UPDATE deliveries SET state = 'pending', attempts = 0, rounds = 0, next_attempt_at = ?, updated_at = ?,
        last_error = NULL, last_status = NULL
 WHERE id = ? AND state = 'dead'
   AND EXISTS (SELECT 1 FROM configs c WHERE c.key = deliveries.config_key AND c.enabled = 1)

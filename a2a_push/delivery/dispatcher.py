@@ -1,0 +1,384 @@
+"""The dispatcher: claims due deliveries from the outbox and sends them.
+
+- FIFO per (config, task): the outbox hands out one delivery per lane at a time.
+- Bounded: at most ``concurrency`` deliveries in flight, at most ``per_endpoint`` to
+  one endpoint; an endpoint at its cap, or with an open breaker, has its work deferred
+  so slow or dead endpoints never hold the slots others need.
+- Graceful: ``stop()`` stops claiming, lets in-flight work finish for ``drain_timeout``,
+  then releases what is left. After a crash, leases expire and the work returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter as _Counter
+from dataclasses import dataclass
+
+from ..errors import A2APushError
+from ..metrics import Metrics
+from ..signing import WebhookSigner
+from ..store import Delivery, Outcome, Store, StoredConfig
+from .health import EndpointHealth, endpoint_of
+from .retry import RetryPolicy, Verdict, classify, parse_retry_after
+from .transport import AddressRefused, ConnectError, HTTPResult, RequestTimeout, Transport
+from .webhook import webhook_headers
+
+log = logging.getLogger("a2a_push.dispatcher")
+
+
+@dataclass(frozen=True)
+class DispatcherOptions:
+    concurrency: int = 128
+    per_endpoint: int = 16
+    claim_batch: int = 64
+    lease_seconds: float = 120.0
+    poll_interval: float = 1.0
+    drain_timeout: float = 10.0
+    # A config whose deliveries have failed without a success for this long is disabled.
+    disable_after: float = 5 * 24 * 3600.0
+    # How long to push back work for an endpoint that is at its in-flight cap.
+    endpoint_busy_delay: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.per_endpoint < 1 or self.claim_batch < 1:
+            raise ValueError("concurrency, per_endpoint and claim_batch must be at least 1")
+        if self.lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+
+
+class Dispatcher:
+    """Sends the outbox's deliveries; run one per process (several share a database)."""
+
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        signer: WebhookSigner | None,
+        *,
+        retry: RetryPolicy | None = None,
+        health: EndpointHealth | None = None,
+        metrics: Metrics | None = None,
+        options: DispatcherOptions | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.store = store
+        self.transport = transport
+        self.signer = signer
+        self.retry = retry or RetryPolicy()
+        self.health = health or EndpointHealth()
+        self.metrics = metrics or Metrics()
+        self.options = options or DispatcherOptions()
+        self.worker_id = worker_id or f"{os.uname().nodename}:{os.getpid()}:{id(self):x}"
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._per_endpoint: _Counter[str] = _Counter()
+        self._runner: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._runner is None:
+            self._stopping = False
+            self._runner = asyncio.create_task(self._run(), name="a2a-push-dispatcher")
+
+    async def stop(self) -> None:
+        """Stop claiming, finish in-flight work (up to drain_timeout), release the rest."""
+        if self._runner is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._slot_freed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._runner
+        self._runner = None
+        pending = list(self._in_flight.values())
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=self.options.drain_timeout)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.gather(*still, return_exceptions=True)
+        leftovers = list(self._in_flight)
+        if leftovers:
+            await self.store.release(leftovers, worker_id=self.worker_id)
+            self._in_flight.clear()
+
+    def wake(self) -> None:
+        """New work may be due now (called by the notifier after a publish)."""
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    # ---- the claim loop ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        opts = self.options
+        while not self._stopping:
+            free = opts.concurrency - len(self._in_flight)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            self._wake.clear()
+            try:
+                claimed = await self.store.claim_due(
+                    min(free, opts.claim_batch),
+                    lease_seconds=opts.lease_seconds,
+                    worker_id=self.worker_id,
+                )
+            except Exception:
+                log.exception("claiming due deliveries failed; retrying shortly")
+                await self._sleep(opts.poll_interval)
+                continue
+            for delivery in claimed:
+                task = asyncio.create_task(self._deliver(delivery))
+                self._in_flight[delivery.id] = task
+                self._idle.clear()
+            self.metrics.in_flight.set(len(self._in_flight))
+            if len(claimed) == min(free, opts.claim_batch):
+                continue  # there may be more due right now
+            timeout = opts.poll_interval
+            try:
+                due = await self.store.next_due_at()
+            except Exception:
+                due = None
+            if due is not None:
+                timeout = max(0.0, min(timeout, due - time.time()))
+            await self._sleep(timeout)
+
+    async def _sleep(self, timeout: float) -> None:
+        if timeout <= 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait until nothing is in flight (for tests and demos)."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # ---- one delivery ------------------------------------------------------------------
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        endpoint: str | None = None
+        counted = False
+        try:
+            config = delivery.config
+            if config is None or not config.enabled:
+                reason = delivery.config_error or (
+                    "config no longer exists" if config is None else "config disabled"
+                )
+                await self._finish(delivery, "dead", delivery.attempts, error=reason)
+                self.metrics.deliveries.labels("dead").inc()
+                return
+            endpoint = endpoint_of(config.url)
+            now = time.time()
+            retry_at = self.health.admit(endpoint, now)
+            if retry_at is None and self._per_endpoint[endpoint] >= self.options.per_endpoint:
+                retry_at = now + self.options.endpoint_busy_delay
+            if retry_at is not None:
+                await self._defer(delivery, retry_at)
+                return
+            self._per_endpoint[endpoint] += 1
+            counted = True
+            await self._attempt_and_record(delivery, config, endpoint)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never let one delivery stop the dispatcher
+            log.exception("delivery %s failed unexpectedly", delivery.id)
+            with contextlib.suppress(Exception):
+                await self._finish(
+                    delivery,
+                    "dead",
+                    delivery.attempts,
+                    error=f"internal error: {type(exc).__name__}",
+                )
+        finally:
+            if counted and endpoint is not None:
+                self._per_endpoint[endpoint] -= 1
+                if self._per_endpoint[endpoint] <= 0:
+                    del self._per_endpoint[endpoint]
+            self._in_flight.pop(delivery.id, None)
+            self.metrics.in_flight.set(len(self._in_flight))
+            self._slot_freed.set()
+            if not self._in_flight:
+                self._idle.set()
+
+    async def _attempt_and_record(
+        self, delivery: Delivery, config: StoredConfig, endpoint: str
+    ) -> None:
+        attempts = delivery.attempts
+        first_round = delivery.rounds == 0
+
+        async def attempt() -> HTTPResult:
+            nonlocal attempts
+            attempts += 1
+            return await self._post(delivery, config)
+
+        result: HTTPResult | BaseException
+        try:
+            result = await self.retry.quick(first_round=first_round)(attempt)
+        except A2APushError as exc:
+            result = exc
+        verdict = classify(result)
+        now = time.time()
+        status = result.status if isinstance(result, HTTPResult) else None
+        error = _describe(result)
+
+        if verdict is Verdict.DELIVERED:
+            self.health.record_success(endpoint)
+            await self._finish(
+                delivery,
+                "delivered",
+                attempts,
+                status=status,
+                clear_failing=config.failing_since is not None,
+            )
+            self.metrics.end_to_end_latency.observe(max(0.0, now - delivery.created_at))
+        elif verdict is Verdict.GONE:
+            self.health.record_success(endpoint)  # the endpoint works; it just wants no more
+            await self._finish(
+                delivery,
+                "dead",
+                attempts,
+                status=status,
+                error=error,
+                disable="receiver answered 410 Gone",
+            )
+            self.metrics.configs_disabled.labels("gone").inc()
+        elif verdict is Verdict.DEAD:
+            await self._finish(delivery, "dead", attempts, status=status, error=error)
+        else:
+            self.health.record_failure(endpoint, now)
+            await self._reschedule(delivery, config, attempts, result, status, error, now)
+            return
+        self.metrics.deliveries.labels(verdict.value).inc()
+
+    async def _reschedule(
+        self,
+        delivery: Delivery,
+        config: StoredConfig,
+        attempts: int,
+        result: HTTPResult | BaseException,
+        status: int | None,
+        error: str,
+        now: float,
+    ) -> None:
+        failing_since = config.failing_since or now
+        if now - failing_since >= self.options.disable_after:
+            await self._finish(
+                delivery,
+                "dead",
+                attempts,
+                status=status,
+                error=error,
+                disable=f"failing without a success since {time.ctime(failing_since)}",
+            )
+            self.metrics.configs_disabled.labels("failing").inc()
+            self.metrics.deliveries.labels("dead").inc()
+            return
+        retry_after = parse_retry_after(result.headers) if isinstance(result, HTTPResult) else None
+        delay = self.retry.durable_delay(delivery.rounds, retry_after)
+        if delay is None:
+            await self._finish(
+                delivery,
+                "dead",
+                attempts,
+                status=status,
+                error=f"retries exhausted; last: {error}",
+            )
+            self.metrics.deliveries.labels("dead").inc()
+            return
+        await self.store.complete(
+            [
+                Outcome(
+                    delivery.id,
+                    delivery.config_key,
+                    delivery.task_id,
+                    "retry",
+                    attempts=attempts,
+                    status=status,
+                    error=error,
+                    next_attempt_at=now + delay,
+                    config_failing_since=None if config.failing_since else now,
+                )
+            ]
+        )
+        self.metrics.deliveries.labels("retry").inc()
+
+    async def _post(self, delivery: Delivery, config: StoredConfig) -> HTTPResult:
+        headers = webhook_headers(delivery, config, self.signer)
+        started = time.perf_counter()
+        try:
+            result = await self.transport.post(config.url, delivery.body, headers)
+        except RequestTimeout:
+            self.metrics.attempts.labels("timeout").inc()
+            raise
+        except AddressRefused:
+            self.metrics.attempts.labels("refused").inc()
+            raise
+        except ConnectError:
+            self.metrics.attempts.labels("connect_error").inc()
+            raise
+        finally:
+            self.metrics.attempt_latency.observe(time.perf_counter() - started)
+        self.metrics.attempts.labels(f"{result.status // 100}xx").inc()
+        return result
+
+    async def _defer(self, delivery: Delivery, until: float) -> None:
+        await self.store.complete(
+            [
+                Outcome(
+                    delivery.id,
+                    delivery.config_key,
+                    delivery.task_id,
+                    "defer",
+                    attempts=delivery.attempts,
+                    next_attempt_at=until,
+                )
+            ]
+        )
+        self.metrics.deliveries.labels("deferred").inc()
+
+    async def _finish(
+        self,
+        delivery: Delivery,
+        kind: str,
+        attempts: int,
+        *,
+        status: int | None = None,
+        error: str | None = None,
+        disable: str | None = None,
+        clear_failing: bool = False,
+    ) -> None:
+        await self.store.complete(
+            [
+                Outcome(
+                    delivery.id,
+                    delivery.config_key,
+                    delivery.task_id,
+                    "delivered" if kind == "delivered" else "dead",
+                    attempts=attempts,
+                    status=status,
+                    error=error,
+                    disable_config=disable,
+                    clear_config_failing=clear_failing,
+                )
+            ]
+        )
+
+
+def _describe(result: HTTPResult | BaseException) -> str:
+    if isinstance(result, HTTPResult):
+        return f"HTTP {result.status}"
+    return f"{type(result).__name__}: {result}"

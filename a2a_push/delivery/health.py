@@ -1,0 +1,88 @@
+"""Endpoint health: a circuit breaker per endpoint (scheme://host:port).
+
+Consecutive failures open the breaker; while open, deliveries to that endpoint are
+deferred without spending attempts. After a cool-down one probe is let through
+(half-open): success closes the breaker, failure re-opens it with a longer cool-down.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+
+from yarl import URL
+
+
+class BreakerState(enum.StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(slots=True)
+class _Endpoint:
+    failures: int = 0
+    open_until: float = 0.0
+    trips: int = 0
+    probing: bool = False
+
+
+def endpoint_of(url: str) -> str:
+    """The breaker key of a webhook URL: scheme, host and port."""
+    u = URL(url)
+    return f"{u.scheme}://{u.host}:{u.port}"
+
+
+class EndpointHealth:
+    """Per-endpoint breakers, in memory (each process judges what it sees)."""
+
+    def __init__(
+        self,
+        *,
+        failure_threshold: int = 5,
+        cool_down: float = 10.0,
+        max_cool_down: float = 600.0,
+    ) -> None:
+        if failure_threshold < 1:
+            raise ValueError("failure_threshold must be at least 1")
+        self.failure_threshold = failure_threshold
+        self.cool_down = cool_down
+        self.max_cool_down = max_cool_down
+        self._endpoints: dict[str, _Endpoint] = {}
+
+    def admit(self, endpoint: str, now: float | None = None) -> float | None:
+        """None if a request may go now, else the time at which to try again."""
+        e = self._endpoints.get(endpoint)
+        if e is None or e.failures < self.failure_threshold:
+            return None
+        now = time.time() if now is None else now
+        if now < e.open_until:
+            return e.open_until
+        if e.probing:
+            # One probe at a time; the rest wait for its verdict.
+            return now + min(self.cool_down, 5.0)
+        e.probing = True
+        return None
+
+    def record_success(self, endpoint: str) -> None:
+        self._endpoints.pop(endpoint, None)
+
+    def record_failure(self, endpoint: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        e = self._endpoints.setdefault(endpoint, _Endpoint())
+        e.failures += 1
+        e.probing = False
+        if e.failures >= self.failure_threshold:
+            e.trips += 1
+            e.open_until = now + min(self.cool_down * 2 ** (e.trips - 1), self.max_cool_down)
+
+    def state(self, endpoint: str, now: float | None = None) -> BreakerState:
+        e = self._endpoints.get(endpoint)
+        if e is None or e.failures < self.failure_threshold:
+            return BreakerState.CLOSED
+        now = time.time() if now is None else now
+        return BreakerState.OPEN if now < e.open_until else BreakerState.HALF_OPEN
+
+    def states(self, now: float | None = None) -> dict[str, BreakerState]:
+        return {key: self.state(key, now) for key in self._endpoints}

@@ -1,0 +1,111 @@
+"""Prometheus metrics (DESIGN.md "Operations") and the aiohttp route that exposes them.
+
+Each notifier owns a registry, so several notifiers (or tests) in one process never
+collide; pass one registry to several components to expose them together.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15)
+
+
+class Metrics:
+    """The notifier's metrics, all prefixed ``a2a_push_``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events_published = Counter(
+            "a2a_push_events_published_total", "Task events published", ["kind"], registry=r
+        )
+        self.deliveries_enqueued = Counter(
+            "a2a_push_deliveries_enqueued_total", "Deliveries written to the outbox", registry=r
+        )
+        self.publish_latency = Histogram(
+            "a2a_push_publish_duration_seconds",
+            "Time for publish() to make deliveries durable",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "a2a_push_deliveries_total",
+            "Delivery outcomes per claim: delivered, retry, dead, gone, deferred",
+            ["outcome"],
+            registry=r,
+        )
+        self.attempts = Counter(
+            "a2a_push_attempts_total",
+            "HTTP attempts by result class: 2xx, 3xx, 4xx, 5xx, timeout, connect_error, refused",
+            ["result"],
+            registry=r,
+        )
+        self.attempt_latency = Histogram(
+            "a2a_push_attempt_duration_seconds",
+            "Duration of one webhook HTTP attempt",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.end_to_end_latency = Histogram(
+            "a2a_push_delivery_latency_seconds",
+            "From enqueue to a 2xx from the receiver",
+            buckets=(*_LATENCY_BUCKETS, 60, 300, 3600),
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "a2a_push_queue_depth", "Pending deliveries in the outbox", registry=r
+        )
+        self.queue_due = Gauge(
+            "a2a_push_queue_due_lanes", "Lanes (config, task) with work due now", registry=r
+        )
+        self.dead_letters = Gauge(
+            "a2a_push_dead_letters", "Dead-lettered deliveries in the outbox", registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "a2a_push_oldest_pending_age_seconds",
+            "Age of the oldest pending delivery",
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "a2a_push_in_flight", "Deliveries being sent by this process", registry=r
+        )
+        self.breakers = Gauge(
+            "a2a_push_endpoint_breakers",
+            "Endpoints by breaker state (closed ones are not tracked)",
+            ["state"],
+            registry=r,
+        )
+        self.configs_disabled = Counter(
+            "a2a_push_configs_disabled_total",
+            "Configs disabled by delivery (410 Gone, failure window)",
+            ["reason"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def metrics_handler(metrics: Metrics) -> Handler:
+    """An aiohttp handler serving ``metrics`` in the Prometheus text format."""
+
+    async def handler(request: web.Request) -> web.Response:
+        body = metrics.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return handler
+
+
+def add_metrics_route(app: web.Application, metrics: Metrics, path: str = "/metrics") -> None:
+    """Mount ``GET path`` on ``app``."""
+    app.router.add_get(path, metrics_handler(metrics))

@@ -1,0 +1,374 @@
+"""``PushNotifier``: what an A2A agent embeds. One call per task event; the rest is ours.
+
+    notifier = PushNotifier.open("push.db", issuer="https://agent.example.com",
+                                 data_dir="./a2a-push-data")
+    async with notifier:
+        await notifier.register_config(config, owner="alice", task=task)
+        await notifier.publish(task.id, status_update)   # durable when it returns
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .delivery.dispatcher import Dispatcher, DispatcherOptions
+from .delivery.health import EndpointHealth
+from .delivery.retry import RetryPolicy
+from .delivery.ssrf import AddressPolicy
+from .delivery.transport import Timeouts, Transport
+from .errors import InvalidConfigError
+from .ids import new_config_id, new_delivery_id, new_key
+from .metrics import Metrics
+from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
+from .protocol.types import (
+    Artifact,
+    Part,
+    PushNotificationEvent,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from .protocol.v03 import artifact_update_to_v03, status_update_to_v03, task_to_v03
+from .signing import KeySet, WebhookSigner
+from .store import Delivery, DeliveryFilter, DeliveryState, Store, StoredConfig, open_store
+
+log = logging.getLogger("a2a_push.notifier")
+
+TaskProvider = Callable[[str], Awaitable[Task | None]]
+"""Returns the current snapshot of a task (for the first notification to a new config)."""
+
+TRUNCATED_FLAG = "a2a-push/truncated"
+"""Metadata key set on an event sent slimmed because it exceeded the payload limit."""
+
+
+_TRUNCATED_NOTE = "(content left out: over the webhook size limit; fetch the task with GetTask)"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    seq: int
+    delivery_ids: list[str]
+
+
+class PushNotifier:
+    """Registers push configs and turns task events into durable, signed, ordered webhooks."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        issuer: str,
+        keyset: KeySet | None = None,
+        signing: bool = True,
+        address_policy: AddressPolicy | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        dispatcher: DispatcherOptions | None = None,
+        health: EndpointHealth | None = None,
+        metrics: Metrics | None = None,
+        transport: Transport | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        task_provider: TaskProvider | None = None,
+        resolve_on_register: bool = True,
+        run_dispatcher: bool = True,
+    ) -> None:
+        self.store = store
+        self.issuer = issuer
+        self.keyset = keyset if keyset is not None else KeySet.generate()
+        self.signer = WebhookSigner(self.keyset, issuer) if signing else None
+        self.address_policy = address_policy or AddressPolicy()
+        self.metrics = metrics or Metrics()
+        self.transport = transport or Transport(self.address_policy, timeouts or Timeouts())
+        self._owns_transport = transport is None
+        self.max_payload_bytes = max_payload_bytes
+        self.task_provider = task_provider
+        self.resolve_on_register = resolve_on_register
+        self.dispatcher = Dispatcher(
+            store,
+            self.transport,
+            self.signer,
+            retry=retry,
+            health=health,
+            metrics=self.metrics,
+            options=dispatcher,
+        )
+        self._run_dispatcher = run_dispatcher
+        self._started = False
+
+    @classmethod
+    def open(
+        cls,
+        database: str | Path,
+        *,
+        issuer: str,
+        data_dir: str | Path | None = None,
+        encryption_keys: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> PushNotifier:
+        """A notifier on ``database`` (a SQLite path, ``sqlite:///…`` or ``memory://``), with
+        its signing keys generated on first start and kept in ``data_dir/keys``."""
+        from .store import StoreOptions
+
+        store = open_store(database, StoreOptions(encryption_keys=encryption_keys))
+        keyset = KeySet.load_or_create(Path(data_dir) / "keys") if data_dir else None
+        return cls(store, issuer=issuer, keyset=keyset, **kwargs)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self.store.open()
+        if self._owns_transport:
+            await self.transport.start()
+        if self._run_dispatcher:
+            self.dispatcher.start()
+        self._started = True
+
+    async def stop(self) -> None:
+        """Graceful: stop claiming, let in-flight webhooks finish, release the rest."""
+        if not self._started:
+            return
+        self._started = False
+        await self.dispatcher.stop()
+        if self._owns_transport:
+            await self.transport.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> PushNotifier:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ---- publishing ---------------------------------------------------------------------
+
+    async def publish(
+        self,
+        task_id: str,
+        event: PushNotificationEvent | StreamResponse,
+        *,
+        task: Task | None = None,
+    ) -> PublishResult:
+        """Queue ``event`` for every config of the task; durable when it returns.
+
+        ``task``: the task's current snapshot, used for configs registered through v0.3
+        (whose webhooks carry the whole task). A task with no configs costs one lookup.
+        """
+        if isinstance(event, StreamResponse):
+            inner = event.event
+            if not isinstance(inner, Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent):
+                raise TypeError("publish() takes a task, status update or artifact update")
+            event = inner
+        event_task_id = event.id if isinstance(event, Task) else event.task_id
+        if event_task_id != task_id:
+            raise ValueError(
+                f"publish(): the event is for task {event_task_id!r}, not {task_id!r}"
+            )
+        kind = _kind_of(event)
+        started = time.perf_counter()
+        seq, ids = await self.store.enqueue(
+            task_id, kind, self._renderer(event, task), new_id=new_delivery_id
+        )
+        self.metrics.publish_latency.observe(time.perf_counter() - started)
+        self.metrics.events_published.labels(kind).inc()
+        if ids:
+            self.metrics.deliveries_enqueued.inc(len(ids))
+            self.dispatcher.wake()
+        return PublishResult(seq, ids)
+
+    def _renderer(
+        self, event: PushNotificationEvent, task: Task | None
+    ) -> Callable[[str], bytes]:
+        limit = self.max_payload_bytes
+
+        def render(version: str) -> bytes:
+            if version == VERSION_0_3:
+                return _render_v03(event, task, limit)
+            return _render_v10(event, limit)
+
+        return render
+
+    # ---- configs --------------------------------------------------------------------------
+
+    async def register_config(
+        self,
+        config: TaskPushNotificationConfig,
+        *,
+        owner: str,
+        task_id: str | None = None,
+        protocol_version: str = VERSION_1_0,
+        task: Task | None = None,
+    ) -> StoredConfig:
+        """Validate and store a config, then queue a task snapshot as its first webhook.
+
+        Raises ``InvalidConfigError`` (with ``.field``) for a bad URL, an address the SSRF
+        policy refuses, or a task over its config cap.
+        """
+        target_task = task_id or config.task_id
+        if not target_task:
+            raise InvalidConfigError("taskId", "a push notification config needs a task id")
+        if config.task_id and task_id and config.task_id != task_id:
+            raise InvalidConfigError("taskId", "does not match the task in the request")
+        if protocol_version not in (VERSION_1_0, VERSION_0_3):
+            raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
+        self.address_policy.validate_url(config.url)
+        if self.resolve_on_register:
+            await self.address_policy.check_url(config.url)
+        auth = config.authentication
+        stored = await self.store.put_config(
+            StoredConfig(
+                key=new_key(),
+                id=config.id or new_config_id(),
+                task_id=target_task,
+                owner=owner,
+                url=config.url,
+                token=config.token,
+                auth_scheme=auth.scheme if auth else None,
+                auth_credentials=auth.credentials if auth else None,
+                tenant=config.tenant,
+                protocol_version=protocol_version,
+                created_at=time.time(),
+            )
+        )
+        snapshot = task
+        if snapshot is None and self.task_provider is not None:
+            snapshot = await self.task_provider(target_task)
+        if snapshot is not None:
+            await self.store.enqueue(
+                target_task,
+                "task",
+                self._renderer(snapshot, snapshot),
+                new_id=new_delivery_id,
+                only_config_key=stored.key,
+            )
+            self.dispatcher.wake()
+        return stored
+
+    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        return await self.store.get_config(task_id, config_id, owner)
+
+    async def list_configs(
+        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
+    ) -> tuple[list[StoredConfig], str | None]:
+        return await self.store.list_configs(
+            task_id, owner, page_size=page_size, page_token=page_token
+        )
+
+    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        return await self.store.delete_config(task_id, config_id, owner)
+
+    # ---- operations -----------------------------------------------------------------------
+
+    def jwks(self) -> dict[str, Any]:
+        """The public keys receivers verify our JWTs with (serve at /.well-known/jwks.json)."""
+        return self.keyset.jwks()
+
+    async def dead_letters(self, *, task_id: str | None = None, limit: int = 100) -> list[Delivery]:
+        return await self.store.list_deliveries(
+            DeliveryFilter(state=DeliveryState.DEAD, task_id=task_id, limit=limit)
+        )
+
+    async def replay(self, delivery_ids: Sequence[str]) -> int:
+        """Send dead-lettered deliveries again (their configs must still be enabled)."""
+        count = await self.store.replay(delivery_ids)
+        if count:
+            self.dispatcher.wake()
+        return count
+
+    async def refresh_metrics(self) -> None:
+        """Update the queue gauges from the store (call before a scrape, or periodically)."""
+        stats = await self.store.stats()
+        m = self.metrics
+        m.queue_depth.set(stats.pending)
+        m.queue_due.set(stats.due)
+        m.dead_letters.set(stats.dead)
+        oldest = stats.oldest_pending_created_at
+        m.oldest_pending_age.set(max(0.0, time.time() - oldest) if oldest else 0.0)
+        counts: dict[str, int] = {"open": 0, "half_open": 0}
+        for state in self.dispatcher.health.states().values():
+            if state.value in counts:
+                counts[state.value] += 1
+        for state_name, n in counts.items():
+            m.breakers.labels(state_name).set(n)
+
+
+# ---- rendering ----------------------------------------------------------------------------
+
+
+def _kind_of(event: PushNotificationEvent) -> str:
+    if isinstance(event, Task):
+        return "task"
+    if isinstance(event, TaskStatusUpdateEvent):
+        return "statusUpdate"
+    return "artifactUpdate"
+
+
+def _render_v10(event: PushNotificationEvent, limit: int) -> bytes:
+    body = StreamResponse.wrap(event).to_json_bytes()
+    if len(body) <= limit:
+        return body
+    return StreamResponse.wrap(_slim(event)).to_json_bytes()
+
+
+def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> bytes:
+    def dump(e: PushNotificationEvent) -> bytes:
+        if isinstance(e, Task):
+            data = task_to_v03(e)
+        elif task is not None:
+            data = task_to_v03(task)  # v0.3 receivers expect the whole task
+        elif isinstance(e, TaskStatusUpdateEvent):
+            data = status_update_to_v03(e)
+        else:
+            data = artifact_update_to_v03(e)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+    body = dump(event)
+    if len(body) <= limit:
+        return body
+    if task is not None:
+        slim_task = _slim(task)
+        assert isinstance(slim_task, Task)
+        task = slim_task
+    return dump(_slim(event))
+
+
+def _slim(event: PushNotificationEvent) -> PushNotificationEvent:
+    """The event without its large parts, flagged; the receiver's GetTask gets the rest."""
+    flag = {TRUNCATED_FLAG: True}
+    if isinstance(event, Task):
+        return Task(
+            id=event.id,
+            context_id=event.context_id,
+            status=TaskStatus(state=event.status.state, timestamp=event.status.timestamp),
+            metadata=flag,
+        )
+    if isinstance(event, TaskStatusUpdateEvent):
+        return TaskStatusUpdateEvent(
+            task_id=event.task_id,
+            context_id=event.context_id,
+            status=TaskStatus(state=event.status.state, timestamp=event.status.timestamp),
+            metadata=flag,
+        )
+    return TaskArtifactUpdateEvent(
+        task_id=event.task_id,
+        context_id=event.context_id,
+        artifact=Artifact(
+            artifact_id=event.artifact.artifact_id,
+            name=event.artifact.name,
+            parts=[Part(text=_TRUNCATED_NOTE)],
+        ),
+        append=event.append,
+        last_chunk=event.last_chunk,
+        metadata=flag,
+    )
