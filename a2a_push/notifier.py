@@ -1,10 +1,10 @@
 """``PushNotifier``: what an A2A agent embeds. One call per task event; the rest is ours.
 
-    notifier = PushNotifier.open("push.db", issuer="https://agent.example.com",
-                                 data_dir="./a2a-push-data")
-    async with notifier:
-        await notifier.register_config(config, owner="alice", task=task)
-        await notifier.publish(task.id, status_update)   # durable when it returns
+notifier = PushNotifier.open("push.db", issuer="https://agent.example.com",
+                             data_dir="./a2a-push-data")
+async with notifier:
+    await notifier.register_config(config, owner="alice", task=task)
+    await notifier.publish(task.id, status_update)   # durable when it returns
 """
 
 from __future__ import annotations
@@ -87,7 +87,15 @@ class PushNotifier:
         self.signer = WebhookSigner(self.keyset, issuer) if signing else None
         self.address_policy = address_policy or AddressPolicy()
         self.metrics = metrics or Metrics()
-        self.transport = transport or Transport(self.address_policy, timeouts or Timeouts())
+        dispatcher = dispatcher or DispatcherOptions()
+        # The connection pool must fit the dispatcher's caps: a request waiting for a
+        # pooled connection spends its total timeout waiting.
+        self.transport = transport or Transport(
+            self.address_policy,
+            timeouts or Timeouts(),
+            limit=dispatcher.concurrency,
+            limit_per_host=dispatcher.per_endpoint,
+        )
         self._owns_transport = transport is None
         self.max_payload_bytes = max_payload_bytes
         self.task_provider = task_provider
@@ -172,9 +180,7 @@ class PushNotifier:
             event = inner
         event_task_id = event.id if isinstance(event, Task) else event.task_id
         if event_task_id != task_id:
-            raise ValueError(
-                f"publish(): the event is for task {event_task_id!r}, not {task_id!r}"
-            )
+            raise ValueError(f"publish(): the event is for task {event_task_id!r}, not {task_id!r}")
         kind = _kind_of(event)
         started = time.perf_counter()
         seq, ids = await self.store.enqueue(
@@ -187,9 +193,7 @@ class PushNotifier:
             self.dispatcher.wake()
         return PublishResult(seq, ids)
 
-    def _renderer(
-        self, event: PushNotificationEvent, task: Task | None
-    ) -> Callable[[str], bytes]:
+    def _renderer(self, event: PushNotificationEvent, task: Task | None) -> Callable[[str], bytes]:
         limit = self.max_payload_bytes
 
         def render(version: str) -> bytes:

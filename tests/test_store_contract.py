@@ -30,7 +30,9 @@ def done(d, kind="delivered", **kw):  # type: ignore[no-untyped-def]
 
 
 async def test_put_and_get_config_is_scoped_to_owner(store: Store) -> None:
-    c = await store.put_config(config(id="a", token="tok", auth_scheme="Bearer", auth_credentials="s3"))
+    c = await store.put_config(
+        config(id="a", token="tok", auth_scheme="Bearer", auth_credentials="s3")
+    )
     assert await store.get_config("task-1", "a", "alice") == c
     assert await store.get_config("task-1", "a", "mallory") is None
     assert (await store.get_config_by_key(c.key)) == c
@@ -266,9 +268,7 @@ async def test_list_deliveries_filters_and_pages(store: Store) -> None:
     by_task = await store.list_deliveries(DeliveryFilter(task_id="task-1"))
     assert len(by_task) == 3
     by_config = await store.list_deliveries(DeliveryFilter(config_key=a.key, limit=2))
-    rest = await store.list_deliveries(
-        DeliveryFilter(config_key=a.key, after_id=by_config[-1].id)
-    )
+    rest = await store.list_deliveries(DeliveryFilter(config_key=a.key, after_id=by_config[-1].id))
     assert len(by_config) == 2 and len(rest) == 1
     assert await store.list_deliveries(DeliveryFilter(created_after=NOW + 1)) == []
 

@@ -33,7 +33,7 @@ log = logging.getLogger("a2a_push.dispatcher")
 @dataclass(frozen=True)
 class DispatcherOptions:
     concurrency: int = 128
-    per_endpoint: int = 16
+    per_endpoint: int = 8
     claim_batch: int = 64
     lease_seconds: float = 120.0
     poll_interval: float = 1.0
@@ -77,6 +77,8 @@ class Dispatcher:
         self._slot_freed = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_endpoint: _Counter[str] = _Counter()
+        self._waiting: _Counter[str] = _Counter()
+        self._endpoint_freed: dict[str, asyncio.Event] = {}
         self._runner: asyncio.Task[None] | None = None
         self._stopping = False
         self._idle = asyncio.Event()
@@ -99,21 +101,33 @@ class Dispatcher:
         with contextlib.suppress(asyncio.CancelledError):
             await self._runner
         self._runner = None
-        pending = list(self._in_flight.values())
+        pending = dict(self._in_flight)
         if pending:
-            _, still = await asyncio.wait(pending, timeout=self.options.drain_timeout)
+            _, still = await asyncio.wait(pending.values(), timeout=self.options.drain_timeout)
+            unfinished = [delivery_id for delivery_id, task in pending.items() if task in still]
             for task in still:
                 task.cancel()
             if still:
                 await asyncio.gather(*still, return_exceptions=True)
-        leftovers = list(self._in_flight)
-        if leftovers:
-            await self.store.release(leftovers, worker_id=self.worker_id)
+            if unfinished:
+                # Give the work back now rather than when the lease runs out.
+                await self.store.release(unfinished, worker_id=self.worker_id)
             self._in_flight.clear()
 
     def wake(self) -> None:
         """New work may be due now (called by the notifier after a publish)."""
         self._wake.set()
+
+    def debug_state(self) -> dict[str, object]:
+        """Internals, for diagnosing a stuck dispatcher."""
+        runner = self._runner
+        return {
+            "running": runner is not None and not runner.done(),
+            "in_flight": len(self._in_flight),
+            "per_endpoint": dict(self._per_endpoint),
+            "waiting": dict(self._waiting),
+            "stopping": self._stopping,
+        }
 
     @property
     def in_flight(self) -> int:
@@ -184,12 +198,11 @@ class Dispatcher:
             endpoint = endpoint_of(config.url)
             now = time.time()
             retry_at = self.health.admit(endpoint, now)
-            if retry_at is None and self._per_endpoint[endpoint] >= self.options.per_endpoint:
-                retry_at = now + self.options.endpoint_busy_delay
+            if retry_at is None and not await self._endpoint_slot(endpoint):
+                retry_at = time.time() + self.options.endpoint_busy_delay
             if retry_at is not None:
                 await self._defer(delivery, retry_at)
                 return
-            self._per_endpoint[endpoint] += 1
             counted = True
             await self._attempt_and_record(delivery, config, endpoint)
         except asyncio.CancelledError:
@@ -208,11 +221,45 @@ class Dispatcher:
                 self._per_endpoint[endpoint] -= 1
                 if self._per_endpoint[endpoint] <= 0:
                     del self._per_endpoint[endpoint]
+                slot_freed = self._endpoint_freed.get(endpoint)
+                if slot_freed is not None:
+                    slot_freed.set()
             self._in_flight.pop(delivery.id, None)
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot_freed.set()
+            self._wake.set()  # the lane's next event may be due right now
             if not self._in_flight:
                 self._idle.set()
+
+    async def _endpoint_slot(self, endpoint: str) -> bool:
+        """Take one of the endpoint's in-flight slots, waiting in memory (not in the
+        database) behind at most ``per_endpoint`` others; False when the queue is full."""
+        cap = self.options.per_endpoint
+        if self._per_endpoint[endpoint] < cap:
+            self._per_endpoint[endpoint] += 1
+            return True
+        if self._waiting[endpoint] >= cap:
+            return False
+        self._waiting[endpoint] += 1
+        freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
+        try:
+            deadline = time.monotonic() + self.options.lease_seconds / 2
+            while True:
+                freed.clear()  # before the check, so a release after it is not missed
+                if self._per_endpoint[endpoint] < cap:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(freed.wait(), remaining)
+            self._per_endpoint[endpoint] += 1
+            return True
+        finally:
+            self._waiting[endpoint] -= 1
+            if self._waiting[endpoint] <= 0:
+                del self._waiting[endpoint]
+                self._endpoint_freed.pop(endpoint, None)
 
     async def _attempt_and_record(
         self, delivery: Delivery, config: StoredConfig, endpoint: str

@@ -21,11 +21,9 @@ from tenacity import (
     retry_if_exception,
     retry_if_result,
     stop_after_attempt,
-
     wait_exponential,
     wait_random,
 )
-
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
@@ -78,12 +76,10 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when is None:
-        return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-class wait_retry_after(wait_base):  # noqa: N801 - tenacity's naming
+class wait_retry_after(wait_base):
     """Wait what the server asked (Retry-After), else fall back to another strategy."""
 
     def __init__(self, fallback: wait_base, maximum: float) -> None:
@@ -101,7 +97,7 @@ class wait_retry_after(wait_base):  # noqa: N801 - tenacity's naming
         return float(self.fallback(retry_state))
 
 
-class wait_schedule(wait_base):  # noqa: N801 - tenacity's naming
+class wait_schedule(wait_base):
     """The n-th wait is ``delays[n-1]`` (the last repeats), with ± ``jitter`` spread."""
 
     def __init__(self, delays: Sequence[float], jitter: float = 0.2) -> None:
@@ -129,8 +125,9 @@ class RetryPolicy:
 
     quick_attempts: int = 3
     quick_wait: wait_base = field(
-        default_factory=lambda: wait_exponential(multiplier=0.25, min=0.25, max=2)
-        + wait_random(0, 0.1)
+        default_factory=lambda: (
+            wait_exponential(multiplier=0.25, min=0.25, max=2) + wait_random(0, 0.1)
+        )
     )
     quick_retry_after_max: float = 2.0
     schedule: tuple[float, ...] = DEFAULT_SCHEDULE
@@ -175,7 +172,7 @@ class RetryPolicy:
         return ", ".join(_human(s) for s in self.schedule)
 
 
-class _stop_on_long_retry_after(stop_base):  # noqa: N801
+class _stop_on_long_retry_after(stop_base):
     """Stop the quick loop when the server asks for a longer pause than we hold in memory."""
 
     def __init__(self, maximum: float) -> None:

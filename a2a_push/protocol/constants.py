@@ -17,14 +17,14 @@ HEADER_WEBHOOK_ID: Final = "webhook-id"
 HEADER_WEBHOOK_TIMESTAMP: Final = "webhook-timestamp"
 HEADER_WEBHOOK_SIGNATURE: Final = "webhook-signature"
 HEADER_AUTHORIZATION: Final = "Authorization"
-HEADER_NOTIFICATION_TOKEN: Final = "X-A2A-Notification-Token"
-HEADER_NOTIFICATION_TOKEN_ALT: Final = "A2A-Notification-Token"
+HEADER_NOTIFICATION_TOKEN: Final = "X-A2A-Notification-Token"  # noqa: S105 - a header name
+HEADER_NOTIFICATION_TOKEN_ALT: Final = "A2A-Notification-Token"  # noqa: S105
 HEADER_SIGNATURE: Final = "X-A2A-Signature"
 HEADER_CONTENT_TYPE: Final = "Content-Type"
 HEADER_RETRY_AFTER: Final = "Retry-After"
 
 # Standard Webhooks secrets carry this prefix.
-STANDARD_WEBHOOKS_SECRET_PREFIX: Final = "whsec_"
+STANDARD_WEBHOOKS_SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - a prefix
 
 # Defaults (see DESIGN.md).
 DEFAULT_MAX_CONFIGS_PER_TASK: Final = 10

@@ -224,7 +224,7 @@ class Store(ConfigStore, Outbox, abc.ABC):
 
     options: StoreOptions
 
-    async def open(self) -> None:  # noqa: B027 - optional hook
+    async def open(self) -> None:
         """Connect and migrate. Idempotent."""
 
     @abc.abstractmethod

@@ -11,8 +11,8 @@ from .base import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
-    Outcome,
     OutboxStats,
+    Outcome,
     Renderer,
     Store,
     StoredConfig,
@@ -171,9 +171,7 @@ class MemoryStore(Store):
         due = [
             (self._head(lane).next_attempt_at, lane_key)
             for lane_key, lane in self._lanes.items()
-            if lane.pending
-            and lane.lease_until <= now
-            and self._head(lane).next_attempt_at <= now
+            if lane.pending and lane.lease_until <= now and self._head(lane).next_attempt_at <= now
         ]
         due.sort()
         claimed: list[Delivery] = []
@@ -196,7 +194,9 @@ class MemoryStore(Store):
             lane = self._lanes.get(lane_key)
             if o.kind == "defer":
                 assert o.next_attempt_at is not None
-                self._deliveries[d.id] = replace(d, next_attempt_at=o.next_attempt_at, updated_at=now)
+                self._deliveries[d.id] = replace(
+                    d, next_attempt_at=o.next_attempt_at, updated_at=now
+                )
             elif o.kind == "retry":
                 assert o.next_attempt_at is not None
                 self._deliveries[d.id] = replace(

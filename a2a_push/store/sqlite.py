@@ -23,8 +23,8 @@ from .base import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
-    Outcome,
     OutboxStats,
+    Outcome,
     Renderer,
     Store,
     StoredConfig,
@@ -122,6 +122,18 @@ class SQLiteStore(Store):
                 await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
             self._executor.shutdown(wait=True)
 
+    def debug_state(self) -> dict[str, object]:
+        """Internals, for diagnosing a stuck writer."""
+        task = self._writer_task
+        return {
+            "writer_running": task is not None and not task.done(),
+            "writer_error": repr(task.exception())
+            if task is not None and task.done() and not task.cancelled()
+            else None,
+            "queued": len(self._queue),
+            "wake_set": self._wake.is_set(),
+        }
+
     # ---- the writer ------------------------------------------------------------------
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -170,7 +182,9 @@ class SQLiteStore(Store):
         return [self._run_one(conn, fn) for fn, _ in batch]
 
     @staticmethod
-    def _run_one(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
+    def _run_one(
+        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]
+    ) -> tuple[bool, Any]:
         try:
             conn.execute("BEGIN IMMEDIATE")
             value = fn(conn)
@@ -438,7 +452,8 @@ class SQLiteStore(Store):
         return self._delivery_from_row(rows[0]) if rows else None
 
     async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
-        clauses, params = ["1 = 1"], []
+        clauses: list[str] = ["1 = 1"]
+        params: list[object] = []
         if flt.state is not None:
             clauses.append("state = ?")
             params.append(flt.state.value)
@@ -552,7 +567,7 @@ def _config_params(config: StoredConfig, sealed: str | None) -> dict[str, Any]:
 
 
 def _delivery_fields(d: Delivery) -> dict[str, Any]:
-    return {name: getattr(d, name) for name in Delivery.__slots__}  # type: ignore[attr-defined]
+    return {name: getattr(d, name) for name in Delivery.__slots__}
 
 
 def _split_statements(script: str) -> list[str]:

@@ -1,0 +1,324 @@
+"""B1: end-to-end signed (ES256) + durable (SQLite) deliveries/s to a local sink.
+
+Compared in one run with the official a2a-sdk ``BasePushNotificationSender`` (httpx,
+best-effort, nothing stored or signed) and a raw aiohttp POST loop posting the same JSON
+bodies (the ceiling: no storage, no signing, no ordering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts, Transport
+from a2a_push.notifier import PushNotifier
+from a2a_push.protocol.types import (
+    StreamResponse,
+    TaskPushNotificationConfig,
+    TaskStatusUpdateEvent,
+)
+from a2a_push.signing import KeySet
+from a2a_push.store.sqlite import SQLiteStore, Synchronous
+
+from .common import (
+    Sink,
+    bounded,
+    defaults_line,
+    header,
+    machine_line,
+    progress,
+    say,
+    status_event,
+    table,
+    temp_dir,
+    verdict,
+)
+
+TAG = "b1"
+
+
+@dataclass
+class B1Params:
+    tasks: int = 200
+    events_per_task: int = 50
+    concurrency: int = 64
+    timeout: float = 40.0  # per system: stop there and report the rate measured so far
+
+    @property
+    def deliveries(self) -> int:
+        return self.tasks * self.events_per_task
+
+
+@dataclass
+class B1Row:
+    system: str
+    sent: int
+    received: int
+    seconds: float
+    publish_seconds: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.received / self.seconds if self.seconds > 0 else 0.0
+
+
+def _events(p: B1Params) -> list[tuple[str, TaskStatusUpdateEvent]]:
+    # Round-robin over tasks, so every lane has work from the start.
+    return [
+        (f"task-{t}", status_event(f"task-{t}", n))
+        for n in range(p.events_per_task)
+        for t in range(p.tasks)
+    ]
+
+
+async def run_ours(
+    sink: Sink,
+    p: B1Params,
+    *,
+    label: str,
+    synchronous: Synchronous = "FULL",
+    per_endpoint: int | None = None,
+) -> B1Row:
+    """a2a-push on SQLite with ES256 signing: publish concurrently, wait for the sink."""
+    policy = AddressPolicy(allow_loopback=True)
+    transport: Transport | None = None
+    options: DispatcherOptions | None = None
+    if per_endpoint is not None:
+        # Raise both the dispatcher's per-endpoint cap and the connection pool's.
+        options = DispatcherOptions(per_endpoint=per_endpoint)
+        transport = Transport(policy, Timeouts(), limit_per_host=per_endpoint)
+        await transport.start()
+    events = _events(p)
+    with temp_dir("a2a-push-b1-") as tmp:
+        notifier = PushNotifier(
+            SQLiteStore(tmp / "b1.db", synchronous=synchronous),
+            issuer="http://bench.local",
+            keyset=KeySet.generate(),  # ES256
+            address_policy=policy,
+            dispatcher=options,
+            transport=transport,
+        )
+        try:
+            async with notifier:
+                for t in range(p.tasks):
+                    await notifier.register_config(
+                        TaskPushNotificationConfig(url=sink.url("/b1"), token="bench-token"),
+                        owner="bench",
+                        task_id=f"task-{t}",
+                    )
+                await sink.reset()
+                progress(TAG, f"{label}: publishing {len(events):,} events")
+
+                async def publish(item: tuple[str, TaskStatusUpdateEvent]) -> None:
+                    await notifier.publish(item[0], item[1])
+
+                started = time.time()
+                await bounded(events, p.concurrency, publish)
+                published = time.time() - started
+                progress(TAG, f"{label}: published in {published:.1f} s; waiting for the sink")
+                stats = await sink.wait_count(
+                    len(events), limit=max(1.0, p.timeout - published), tag=TAG, label=label
+                )
+        finally:
+            if transport is not None:
+                await transport.close()
+    end = stats.last if stats.count >= len(events) and stats.last else time.time()
+    return B1Row(label, len(events), stats.count, end - started, published)
+
+
+async def run_sdk(sink: Sink, p: B1Params) -> B1Row:
+    """a2a-sdk BasePushNotificationSender with its in-memory config store and httpx."""
+    import httpx
+    from a2a.server.context import ServerCallContext
+    from a2a.server.tasks.base_push_notification_sender import BasePushNotificationSender
+    from a2a.server.tasks.inmemory_push_notification_config_store import (
+        InMemoryPushNotificationConfigStore,
+    )
+    from a2a.types import a2a_pb2 as pb
+
+    label = "a2a-sdk BasePushNotificationSender"
+    store = InMemoryPushNotificationConfigStore()
+    context = ServerCallContext()
+    for t in range(p.tasks):
+        await store.set_info(
+            f"task-{t}",
+            pb.TaskPushNotificationConfig(id=f"cfg-{t}", url=sink.url("/sdk"), token="bench-token"),
+            context,
+        )
+    events: list[tuple[str, Any]] = []
+    for n in range(p.events_per_task):
+        for t in range(p.tasks):
+            task_id = f"task-{t}"
+            events.append(
+                (
+                    task_id,
+                    pb.TaskStatusUpdateEvent(
+                        task_id=task_id,
+                        context_id=f"ctx-{task_id}",
+                        status=pb.TaskStatus(
+                            state=pb.TASK_STATE_WORKING,
+                            timestamp=datetime(2025, 1, 1, tzinfo=UTC),
+                            message=pb.Message(
+                                message_id=f"{task_id}-m{n}",
+                                role=pb.ROLE_AGENT,
+                                parts=[
+                                    pb.Part(text=f"step {n} of {task_id}: processing the request")
+                                ],
+                            ),
+                        ),
+                    ),
+                )
+            )
+    limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
+    async with httpx.AsyncClient(timeout=15.0, limits=limits) as client:
+        sender = BasePushNotificationSender(client, store)
+        await sink.reset()
+        progress(TAG, f"{label}: sending {len(events):,} notifications")
+
+        async def send(item: tuple[str, Any]) -> None:
+            await sender.send_notification(item[0], item[1])
+
+        started = time.time()
+        try:
+            await asyncio.wait_for(bounded(events, p.concurrency, send), p.timeout)
+        except TimeoutError:
+            progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
+        stats = await sink.wait_count(len(events), limit=5, tag=TAG, label=label)
+    end = stats.last if stats.count >= len(events) and stats.last else time.time()
+    return B1Row(label, len(events), stats.count, end - started)
+
+
+async def run_raw(sink: Sink, p: B1Params, *, repeats: int = 3) -> B1Row:
+    """A bare aiohttp POST loop: pre-rendered bodies, no storage, no signing, no order.
+
+    It is over in about a second, so it runs ``repeats`` times; the median run counts.
+    """
+    label = f"raw aiohttp POST loop (median of {repeats})"
+    bodies = [(task_id, StreamResponse.wrap(ev).to_json_bytes()) for task_id, ev in _events(p)]
+    url = sink.url("/raw")
+    runs: list[B1Row] = []
+    connector = aiohttp.TCPConnector(limit=p.concurrency, limit_per_host=p.concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def post(item: tuple[str, bytes]) -> None:
+            async with session.post(
+                url,
+                data=item[1],
+                headers={"Content-Type": "application/a2a+json"},
+            ) as r:
+                await r.read()
+
+        for i in range(repeats):
+            await sink.reset()
+            progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
+            started = time.time()
+            try:
+                await asyncio.wait_for(bounded(bodies, p.concurrency, post), p.timeout)
+            except TimeoutError:
+                progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
+            stats = await sink.wait_count(len(bodies), limit=5, tag=TAG, label=label)
+            end = stats.last if stats.count >= len(bodies) and stats.last else time.time()
+            runs.append(B1Row(label, len(bodies), stats.count, end - started))
+    runs.sort(key=lambda r: r.rate)
+    progress(TAG, f"{label}: runs at " + ", ".join(f"{r.rate:,.0f}/s" for r in runs))
+    return runs[len(runs) // 2]
+
+
+DEFAULT_LABEL = "a2a-push SQLite FULL + ES256 (defaults)"
+
+
+async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, Any]:
+    """Run B1 and print its table; returns the rates (B4 compares against ours)."""
+    p = p or B1Params()
+    if quick:
+        p = B1Params(tasks=p.tasks, events_per_task=25, concurrency=p.concurrency, timeout=30.0)
+    header(
+        "B1  end-to-end deliveries/s: signed (ES256) + durable (SQLite) vs a2a-sdk vs raw aiohttp",
+        [
+            machine_line(),
+            defaults_line(),
+            f"{p.deliveries:,} deliveries = {p.tasks} tasks x {p.events_per_task} events, "
+            f"1 config per task, all to one sink endpoint (separate process)",
+            f"publish/send concurrency {p.concurrency}; time = first publish -> last receipt "
+            "at the sink",
+            "a2a-push: PushNotifier on a fresh SQLite file, ES256 JWT per attempt, "
+            "default DispatcherOptions unless noted",
+            f"each system stops after {p.timeout:.0f} s; then rate = received / elapsed",
+        ],
+    )
+    rows: list[B1Row] = []
+    async with Sink() as sink:
+        rows.append(await run_ours(sink, p, label=DEFAULT_LABEL))
+        if not quick:
+            rows.append(
+                await run_ours(
+                    sink, p, label="a2a-push SQLite NORMAL + ES256", synchronous="NORMAL"
+                )
+            )
+            rows.append(
+                await run_ours(
+                    sink,
+                    p,
+                    label="a2a-push SQLite FULL + ES256, per_endpoint=64",
+                    per_endpoint=64,
+                )
+            )
+            try:
+                rows.append(await run_sdk(sink, p))
+            except ImportError as exc:
+                progress(TAG, f"a2a-sdk row skipped: {exc} (pip install -e '.[dev]')")
+            rows.append(await run_raw(sink, p))
+
+    ours = rows[0].rate
+    sdk = next((r.rate for r in rows if r.system.startswith("a2a-sdk")), None)
+    raw = next((r.rate for r in rows if r.system.startswith("raw")), None)
+    say()
+    say(
+        table(
+            [
+                "system",
+                "deliveries",
+                "received",
+                "publish s",
+                "seconds",
+                "deliveries/s",
+                "vs SDK",
+                "vs raw",
+            ],
+            [
+                [
+                    r.system,
+                    r.sent,
+                    r.received,
+                    r.publish_seconds,
+                    round(r.seconds, 2),
+                    r.rate,
+                    r.rate / sdk if sdk else None,
+                    r.rate / raw if raw else None,
+                ]
+                for r in rows
+            ],
+        )
+    )
+    if any(r.received < r.sent for r in rows):
+        say(f"  received < deliveries: stopped at the {p.timeout:.0f} s limit")
+    say("  publish s: until every publish() returned (durable); seconds: until the last receipt")
+    say()
+    result: dict[str, Any] = {"ours": ours, "sdk": sdk, "raw": raw, "quick": quick}
+    if sdk and raw:
+        ok_sdk = ours >= 5 * sdk
+        ok_raw = ours >= 0.5 * raw
+        say(f"  target: defaults >= 5x a2a-sdk    {ours / sdk:6.2f}x   {verdict(ok_sdk)}")
+        say(f"  target: defaults >= 0.5x raw loop {ours / raw:6.2f}x   {verdict(ok_raw)}")
+        result["pass"] = ok_sdk and ok_raw
+    else:
+        say(f"  (quick run: a2a-push defaults only, {ours:,.0f} deliveries/s)")
+    say()
+    return result

@@ -1,0 +1,245 @@
+"""B3: one healthy endpoint's p99 while 20 blackholed endpoints have work (<= 1.5x alone).
+
+Phase 1 measures the healthy endpoint alone; phase 2 adds configs pointing at 20
+blackholes (each its own port: the sink process accepts there and never answers) and
+keeps publishing to them while the healthy endpoint is measured again, same rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts
+from a2a_push.notifier import PushNotifier
+from a2a_push.protocol.types import TaskPushNotificationConfig
+from a2a_push.signing import KeySet
+from a2a_push.store.sqlite import SQLiteStore
+
+from .b2_latency import paced_publish
+from .common import (
+    Sink,
+    defaults_line,
+    deferred_count,
+    fmt_counts,
+    header,
+    machine_line,
+    metric_samples,
+    percentile,
+    progress,
+    say,
+    status_event,
+    table,
+    temp_dir,
+    verdict,
+)
+
+TAG = "b3"
+
+
+@dataclass
+class B3Params:
+    rate: float = 200.0
+    seconds: float = 10.0
+    warmup: float = 1.0
+    healthy_tasks: int = 20
+    blackholes: int = 20
+    tasks_per_blackhole: int = 5
+    blackhole_rate: float = 20.0  # events/s spread over all blackholed tasks
+    settle: float = 3.0  # blackhole load before the loaded measurement starts
+    timeouts: Timeouts = field(default_factory=lambda: Timeouts(connect=1.0, total=2.0))
+    max_ratio: float = 1.5
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies: list[float]
+    missing: int
+    deferred: int
+
+    def row(self) -> list[object]:
+        lat = self.latencies
+        return [
+            self.name,
+            len(lat),
+            percentile(lat, 50),
+            percentile(lat, 90),
+            percentile(lat, 99),
+            lat[-1] if lat else None,
+            self.missing,
+            self.deferred,
+        ]
+
+
+async def _measure(
+    notifier: PushNotifier,
+    sink: Sink,
+    task_ids: list[str],
+    p: B3Params,
+    name: str,
+    first_n: int,
+    expected_before: int,
+) -> Phase:
+    """One paced phase; ``expected_before``: healthy deliveries the sink must have first."""
+    starts: dict[str, float] = {}
+    deferred_before = deferred_count(notifier)
+    sent = await paced_publish(
+        notifier,
+        task_ids,
+        rate=p.rate,
+        seconds=p.seconds,
+        starts=starts,
+        publish_ms=[],
+        tag=TAG,
+        label=name,
+        first_n=first_n,
+    )
+    await sink.wait_count(expected_before + sent, limit=15, tag=TAG, label=f"{name} draining")
+    stats = await sink.stats(times=True)
+    lat = sorted((stats.times[i] - t) * 1000 for i, t in starts.items() if i in stats.times)
+    return Phase(name, lat, len(starts) - len(lat), deferred_count(notifier) - deferred_before)
+
+
+async def run(p: B3Params | None = None) -> dict[str, Any]:
+    p = p or B3Params()
+    lanes = p.blackholes * p.tasks_per_blackhole
+    header(
+        "B3  healthy endpoint p99 alone vs while 20 blackholed endpoints have work",
+        [
+            machine_line(),
+            defaults_line(),
+            f"healthy: {p.rate:.0f} events/s for {p.seconds:.0f} s over {p.healthy_tasks} tasks "
+            "to one sink endpoint (separate process); latency = publish() call -> receipt",
+            f"blackholes: {p.blackholes} endpoints (own ports; accept, never answer) x "
+            f"{p.tasks_per_blackhole} tasks = {lanes} lanes, {p.blackhole_rate:.0f} events/s "
+            f"published to them throughout phase 2 (after {p.settle:.0f} s of load first)",
+            f"timeouts: connect {p.timeouts.connect:g} s, total {p.timeouts.total:g} s "
+            "(shorter than the 5 s / 15 s defaults, so timeouts, quick retries and breakers "
+            "all happen inside the window)",
+            "a2a-push: SQLite FULL, ES256, DispatcherOptions defaults "
+            "(drain_timeout=1 s, for shutdown only)",
+        ],
+    )
+    healthy = [f"ok-{t}" for t in range(p.healthy_tasks)]
+    holes = [f"bh-{b}-{k}" for b in range(p.blackholes) for k in range(p.tasks_per_blackhole)]
+    async with Sink(blackholes=p.blackholes) as sink:
+        with temp_dir("a2a-push-b3-") as tmp:
+            async with PushNotifier(
+                SQLiteStore(tmp / "b3.db"),
+                issuer="http://bench.local",
+                keyset=KeySet.generate(),
+                address_policy=AddressPolicy(allow_loopback=True),
+                timeouts=p.timeouts,
+                dispatcher=DispatcherOptions(drain_timeout=1.0),
+            ) as notifier:
+                for task_id in healthy:
+                    await notifier.register_config(
+                        TaskPushNotificationConfig(url=sink.url("/b3"), token="bench-token"),
+                        owner="bench",
+                        task_id=task_id,
+                    )
+                for b in range(p.blackholes):
+                    for k in range(p.tasks_per_blackhole):
+                        await notifier.register_config(
+                            TaskPushNotificationConfig(url=sink.blackhole_url(b), token="t"),
+                            owner="bench",
+                            task_id=f"bh-{b}-{k}",
+                        )
+                await sink.reset()
+                progress(TAG, f"warm-up: {p.warmup:.0f} s")
+                warm = await paced_publish(
+                    notifier,
+                    healthy,
+                    rate=p.rate,
+                    seconds=p.warmup,
+                    starts={},
+                    publish_ms=[],
+                    tag=TAG,
+                    label="warm-up",
+                )
+                await sink.wait_count(warm, limit=15, tag=TAG, label="warm-up draining")
+                alone = await _measure(notifier, sink, healthy, p, "alone", 10_000, warm)
+                expected = warm + len(alone.latencies) + alone.missing
+
+                stop = asyncio.Event()
+                hole_events = 0
+
+                async def load_blackholes() -> None:
+                    nonlocal hole_events
+                    origin = time.perf_counter()
+                    i = 0
+                    while not stop.is_set():
+                        due = origin + i / p.blackhole_rate
+                        delay = due - time.perf_counter()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        task_id = holes[i % len(holes)]
+                        await notifier.publish(task_id, status_event(task_id, i))
+                        hole_events += 1
+                        i += 1
+
+                loader = asyncio.create_task(load_blackholes())
+                try:
+                    progress(TAG, f"blackhole load on; settling {p.settle:.0f} s")
+                    await asyncio.sleep(p.settle)
+                    in_flight_start = notifier.dispatcher.in_flight
+                    loaded = await _measure(
+                        notifier, sink, healthy, p, "with blackholes", 20_000, expected
+                    )
+                    in_flight_end = notifier.dispatcher.in_flight
+                finally:
+                    stop.set()
+                    loader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await loader
+                attempts = metric_samples(notifier, "a2a_push_attempts_total", "result")
+                outcomes = metric_samples(notifier, "a2a_push_deliveries_total", "outcome")
+                breakers = {str(k): v.value for k, v in notifier.dispatcher.health.states().items()}
+                progress(TAG, "stopping the notifier")
+
+    ratio = percentile(loaded.latencies, 99) / percentile(alone.latencies, 99)
+    say()
+    say(
+        table(
+            ["phase", "events", "p50 ms", "p90 ms", "p99 ms", "max ms", "missing", "deferred"],
+            [alone.row(), loaded.row()],
+        )
+    )
+    say()
+    open_breakers = sum(1 for v in breakers.values() if v != "closed")
+    say(
+        f"  blackhole side: {hole_events:,} events published to {lanes} lanes; "
+        f"dispatcher in flight at start/end of phase 2: {in_flight_start}/{in_flight_end}; "
+        f"breakers not closed: {open_breakers}/{p.blackholes}"
+    )
+    say(f"  attempts by result: {fmt_counts(attempts)}")
+    say(f"  delivery outcomes:  {fmt_counts(outcomes)}")
+    say(
+        "  deferred: deliveries pushed back without an attempt during the phase (endpoint at "
+        "its in-flight cap: +0.25 s; breaker open); phase 2 counts blackhole ones too"
+    )
+    if alone.deferred:
+        say(
+            f"  note: {alone.deferred} healthy deliveries were deferred in the 'alone' phase, "
+            "which inflates its p99 and flatters the ratio"
+        )
+    ok = alone.missing == 0 and loaded.missing == 0 and ratio <= p.max_ratio
+    say()
+    say(
+        f"  target: loaded p99 <= {p.max_ratio}x alone: "
+        f"{percentile(loaded.latencies, 99):.1f} ms / {percentile(alone.latencies, 99):.1f} ms "
+        f"= {ratio:.2f}x   {verdict(ok)}"
+    )
+    say()
+    return {
+        "alone_p99_ms": percentile(alone.latencies, 99),
+        "loaded_p99_ms": percentile(loaded.latencies, 99),
+        "ratio": ratio,
+        "pass": ok,
+    }

@@ -1,0 +1,635 @@
+"""PushNotifier end to end: real aiohttp sinks on 127.0.0.1, real SQLite files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+from tenacity import wait_fixed
+
+from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts
+from a2a_push.errors import InvalidConfigError, TooManyConfigsError, UnsafeURLError
+from a2a_push.metrics import add_metrics_route
+from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier
+from a2a_push.protocol.types import (
+    Artifact,
+    AuthenticationInfo,
+    Part,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a_push.signing import verify_webhook_jwt
+from a2a_push.store import DeliveryFilter, DeliveryState, SQLiteStore, Store, StoreOptions
+from a2a_push.testing import SinkResponse, WebhookSink
+
+FAST = RetryPolicy(quick_attempts=3, quick_wait=wait_fixed(0.05), schedule=(0.3, 0.3, 0.3))
+ISSUER = "http://agent.test"
+WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+MakeNotifier = Callable[..., Awaitable[PushNotifier]]
+
+
+def status(task_id: str, state: TaskState, text: str | None = None) -> TaskStatusUpdateEvent:
+    return TaskStatusUpdateEvent(
+        task_id=task_id,
+        context_id="ctx",
+        status=TaskStatus(state=state),
+        metadata={"n": text} if text is not None else None,
+    )
+
+
+def task(task_id: str = "t1", state: TaskState = TaskState.SUBMITTED) -> Task:
+    return Task(id=task_id, context_id="ctx", status=TaskStatus(state=state))
+
+
+def hook(sink: WebhookSink, path: str = "/hook", **kw: Any) -> TaskPushNotificationConfig:
+    return TaskPushNotificationConfig(url=sink.url(path), **kw)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[WebhookSink]:
+    async with WebhookSink() as s:
+        yield s
+
+
+@pytest.fixture
+async def make_notifier(tmp_path: Path) -> AsyncIterator[MakeNotifier]:
+    made: list[PushNotifier] = []
+
+    async def make(store: Store | None = None, **kw: Any) -> PushNotifier:
+        kw.setdefault("address_policy", AddressPolicy(allow_loopback=True))
+        kw.setdefault("retry", FAST)
+        n = PushNotifier(store or SQLiteStore(tmp_path / "push.db"), issuer=ISSUER, **kw)
+        await n.start()
+        made.append(n)
+        return n
+
+    yield make
+    for n in made:
+        await n.stop()
+
+
+def seqs(sink: WebhookSink, path: str = "/hook") -> list[int]:
+    out = []
+    for r in sink.on(path):
+        token = r.header("X-A2A-Signature")
+        assert token is not None
+        payload = token.split(".")[1]
+        claims = json.loads(
+            __import__("base64").urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        )
+        out.append(claims["seq"])
+    return out
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def delivery_state(n: PushNotifier, delivery_id: str) -> DeliveryState | None:
+    d = await n.store.get_delivery(delivery_id)
+    return d.state if d else None
+
+
+# ---- the webhook request ------------------------------------------------------------------
+
+
+async def test_publish_without_configs_is_a_no_op(make_notifier: MakeNotifier) -> None:
+    n = await make_notifier()
+    result = await n.publish("nobody", status("nobody", TaskState.WORKING))
+    assert result.delivery_ids == [] and result.seq == 0
+
+
+async def test_webhook_is_signed_exactly_as_the_protocol_says(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    cfg = await n.register_config(
+        hook(sink, id="c1", token="opaque-token"), owner="o", task_id="t1"
+    )
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(1)
+    (r,) = sink.received
+    assert r.header("Content-Type") == "application/a2a+json"
+    assert r.header("A2A-Version") == "1.0"
+    assert r.header("X-A2A-Notification-Token") == "opaque-token"
+    assert r.header("webhook-signature") is None
+    webhook_id = r.header("webhook-id")
+    assert webhook_id and webhook_id.startswith("msg_")
+    assert abs(int(r.header("webhook-timestamp") or 0) - time.time()) < 5
+    jwt = r.header("X-A2A-Signature")
+    assert r.header("Authorization") == f"Bearer {jwt}"
+    claims = verify_webhook_jwt(
+        jwt or "", jwks=n.jwks(), body=r.body, audience=sink.url("/hook"), issuer=ISSUER
+    )
+    assert claims["jti"] == webhook_id
+    assert claims["taskId"] == "t1" and claims["configId"] == cfg.id == "c1"
+    assert claims["seq"] == 1 and claims["exp"] - claims["iat"] == 300
+    assert json.loads(r.body) == {
+        "statusUpdate": {
+            "taskId": "t1",
+            "contextId": "ctx",
+            "status": {"state": "TASK_STATE_WORKING"},
+        }
+    }
+
+
+async def test_credentials_go_in_authorization_and_whsec_tokens_sign(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    await n.register_config(
+        hook(
+            sink, "/auth", authentication=AuthenticationInfo(scheme="Basic", credentials="dXNlcg==")
+        ),
+        owner="o",
+        task_id="t1",
+    )
+    await n.register_config(hook(sink, "/sw", token=WHSEC), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(2)
+    (auth,) = sink.on("/auth")
+    assert auth.header("Authorization") == "Basic dXNlcg=="
+    assert auth.header("X-A2A-Signature")  # still signed
+    (sw,) = sink.on("/sw")
+    assert sw.header("X-A2A-Notification-Token") is None  # the secret never travels
+    Webhook(WHSEC).verify(sw.body, {k.lower(): v for k, v in sw.headers.items()})
+
+
+async def test_first_webhook_to_a_new_config_is_a_task_snapshot(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    await n.register_config(hook(sink), owner="o", task_id="t1", task=task("t1", TaskState.WORKING))
+    await n.publish("t1", status("t1", TaskState.COMPLETED))
+    await sink.wait_for(2)
+    first, second = (json.loads(r.body) for r in sink.received)
+    assert first["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert second["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert seqs(sink) == [1, 2]
+
+
+async def test_task_provider_supplies_the_snapshot(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    async def provider(task_id: str) -> Task | None:
+        return task(task_id, TaskState.INPUT_REQUIRED)
+
+    n = await make_notifier(task_provider=provider)
+    await n.register_config(hook(sink), owner="o", task_id="t9")
+    await sink.wait_for(1)
+    assert json.loads(sink.received[0].body)["task"]["id"] == "t9"
+
+
+async def test_v03_configs_get_the_v03_task(make_notifier: MakeNotifier, sink: WebhookSink) -> None:
+    n = await make_notifier()
+    await n.register_config(hook(sink), owner="o", task_id="t1", protocol_version="0.3")
+    snapshot = task("t1", TaskState.WORKING)
+    await n.publish("t1", status("t1", TaskState.WORKING), task=snapshot)
+    await sink.wait_for(1)
+    (r,) = sink.received
+    assert r.header("A2A-Version") == "0.3"
+    body = json.loads(r.body)
+    assert body["kind"] == "task" and body["status"]["state"] == "working"
+
+
+async def test_oversized_events_are_sent_slimmed_and_flagged(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier(max_payload_bytes=2048)
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    big = TaskArtifactUpdateEvent(
+        task_id="t1",
+        context_id="ctx",
+        artifact=Artifact(artifact_id="a1", parts=[Part(text="x" * 10_000)]),
+    )
+    await n.publish("t1", big)
+    await sink.wait_for(1)
+    body = json.loads(sink.received[0].body)
+    assert len(sink.received[0].body) < 2048
+    assert body["artifactUpdate"]["metadata"][TRUNCATED_FLAG] is True
+    assert body["artifactUpdate"]["artifact"]["artifactId"] == "a1"
+
+
+async def test_event_for_another_task_is_refused(make_notifier: MakeNotifier) -> None:
+    n = await make_notifier()
+    with pytest.raises(ValueError, match="not 't2'"):
+        await n.publish("t2", status("t1", TaskState.WORKING))
+
+
+# ---- order ----------------------------------------------------------------------------------
+
+
+async def test_per_task_order_holds_under_concurrent_publishes(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    tasks = [f"t{i}" for i in range(6)]
+    for t in tasks:
+        await n.register_config(hook(sink, f"/{t}"), owner="o", task_id=t)
+        sink.script(f"/{t}", [SinkResponse(200, delay=0.01 * (i % 3)) for i in range(30)])
+    per_task = 25
+
+    async def publish_all(t: str) -> None:
+        for i in range(per_task):
+            await n.publish(t, status(t, TaskState.WORKING, text=str(i)))
+
+    await asyncio.gather(*(publish_all(t) for t in tasks))
+    await sink.wait_for(per_task * len(tasks), timeout=30)
+    for t in tasks:
+        got = [json.loads(r.body)["statusUpdate"]["metadata"]["n"] for r in sink.on(f"/{t}")]
+        assert got == [str(i) for i in range(per_task)]
+        assert seqs(sink, f"/{t}") == list(range(1, per_task + 1))
+
+
+async def test_a_slow_endpoint_does_not_delay_others(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    sink.set_default("/slow", SinkResponse(200, delay=3))
+    for i in range(12):
+        await n.register_config(hook(sink, "/slow"), owner="o", task_id=f"slow{i}")
+        await n.publish(f"slow{i}", status(f"slow{i}", TaskState.WORKING))
+    async with WebhookSink() as fast:  # another endpoint (host:port)
+        await n.register_config(hook(fast, "/fast"), owner="o", task_id="fast")
+        await asyncio.sleep(0.2)  # the slow endpoint's requests are in flight
+        started = time.monotonic()
+        await n.publish("fast", status("fast", TaskState.WORKING))
+        await fast.wait_for(1, timeout=2)
+        assert time.monotonic() - started < 1.0
+
+
+# ---- retries and failures ---------------------------------------------------------------------
+
+
+async def test_retry_then_success(make_notifier: MakeNotifier, sink: WebhookSink) -> None:
+    n = await make_notifier()
+    sink.script("/hook", [503, 500, 200])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await sink.wait_for(3)
+    await wait_until(lambda: _is(n, delivery_id, DeliveryState.DELIVERED))
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.attempts == 3 and d.last_status == 200
+    assert {r.header("webhook-id") for r in sink.received} == {delivery_id}  # stable id
+
+
+async def test_retryable_failures_are_rescheduled_durably(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    sink.script("/hook", [503, 503, 503, 502, 200])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await sink.wait_for(3)
+    await wait_until(lambda: _rounds(n, delivery_id, 1))
+    d = await n.store.get_delivery(delivery_id)
+    assert (
+        d is not None and d.state is DeliveryState.PENDING and d.next_attempt_at > time.time() - 1
+    )
+    await wait_until(lambda: _is(n, delivery_id, DeliveryState.DELIVERED))
+    assert sink.count == 5
+
+
+async def test_retry_after_is_honoured(make_notifier: MakeNotifier, sink: WebhookSink) -> None:
+    n = await make_notifier()
+    sink.script("/hook", [SinkResponse(429, headers={"Retry-After": "1"}), 200])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(2)
+    gap = sink.received[1].received_at - sink.received[0].received_at
+    assert gap >= 0.95
+
+
+async def test_long_retry_after_moves_the_wait_to_the_outbox(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    sink.script("/hook", [SinkResponse(503, headers={"Retry-After": "120"})])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _rounds(n, delivery_id, 1))
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.attempts == 1  # no quick retry against the server's wish
+    assert 110 < d.next_attempt_at - time.time() <= 120
+
+
+async def test_410_disables_the_config(make_notifier: MakeNotifier, sink: WebhookSink) -> None:
+    n = await make_notifier()
+    sink.set_default("/hook", SinkResponse(410))
+    cfg = await n.register_config(hook(sink), owner="o", task_id="t1")
+    first = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids[0]
+    await wait_until(lambda: _is(n, first, DeliveryState.DEAD))
+    stored = await n.store.get_config_by_key(cfg.key)
+    assert stored is not None and not stored.enabled and "410" in (stored.disabled_reason or "")
+    assert (await n.publish("t1", status("t1", TaskState.COMPLETED))).delivery_ids == []
+    assert sink.count == 1
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 422, 301, 302])
+async def test_other_4xx_and_3xx_are_dead_lettered_at_once(
+    make_notifier: MakeNotifier, sink: WebhookSink, code: int
+) -> None:
+    n = await make_notifier()
+    sink.script("/hook", [SinkResponse(code, headers={"Location": sink.url("/elsewhere")})])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    dead = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids[0]
+    nxt = (await n.publish("t1", status("t1", TaskState.COMPLETED))).delivery_ids[0]
+    await wait_until(lambda: _is(n, nxt, DeliveryState.DELIVERED))
+    d = await n.store.get_delivery(dead)
+    assert d is not None and d.state is DeliveryState.DEAD and d.attempts == 1
+    assert d.last_error == f"HTTP {code}"
+    assert sink.on("/elsewhere") == []  # redirects are never followed
+    # Dead letters are listed and can be replayed.
+    assert [x.id for x in await n.dead_letters()] == [dead]
+    assert await n.replay([dead]) == 1
+    await wait_until(lambda: _is(n, dead, DeliveryState.DELIVERED))
+    assert [r.header("webhook-id") for r in sink.on("/hook")] == [dead, nxt, dead]
+
+
+async def test_timeouts_are_retried(make_notifier: MakeNotifier, sink: WebhookSink) -> None:
+    n = await make_notifier(timeouts=Timeouts(connect=1, total=0.3))
+    sink.script("/hook", [SinkResponse(200, delay=1.0)])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _is(n, delivery_id, DeliveryState.DELIVERED))
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.attempts == 2
+
+
+async def test_connection_refused_is_retried(
+    make_notifier: MakeNotifier, unused_tcp_port: int
+) -> None:
+    n = await make_notifier()
+    url = f"http://127.0.0.1:{unused_tcp_port}/hook"
+    await n.register_config(TaskPushNotificationConfig(url=url), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _rounds(n, delivery_id, 1))
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.attempts == 3 and "ConnectError" in (d.last_error or "")
+
+
+async def test_retries_exhausted_dead_letters(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    policy = RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.1, 0.1))
+    n = await make_notifier(retry=policy)
+    sink.set_default("/hook", 500)
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _is(n, delivery_id, DeliveryState.DEAD))
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.attempts == 3 and "retries exhausted" in (d.last_error or "")
+
+
+async def test_a_config_failing_for_too_long_is_disabled(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    policy = RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.2,) * 20)
+    n = await make_notifier(retry=policy, dispatcher=DispatcherOptions(disable_after=0.5))
+    sink.set_default("/hook", 503)
+    cfg = await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+
+    async def disabled() -> bool:
+        c = await n.store.get_config_by_key(cfg.key)
+        return c is not None and not c.enabled
+
+    await wait_until(disabled)
+    c = await n.store.get_config_by_key(cfg.key)
+    assert c is not None and "failing" in (c.disabled_reason or "")
+
+
+async def test_breaker_defers_work_for_a_failing_endpoint(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    from a2a_push.delivery.health import EndpointHealth
+
+    policy = RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.05,) * 50)
+    health = EndpointHealth(failure_threshold=3, cool_down=60)
+    n = await make_notifier(retry=policy, health=health)
+    sink.set_default("/hook", 503)
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(3)
+    await asyncio.sleep(0.5)
+    assert sink.count == 3  # the breaker is open: no more requests for a minute
+    assert health.state(f"http://127.0.0.1:{sink.port}") == "open"
+
+
+# ---- bad configs and SSRF -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://10.0.0.1/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::ffff:127.0.0.1]/hook",
+        "http://localhost/hook",  # a host name that resolves to loopback
+    ],
+)
+async def test_private_addresses_are_refused_without_the_allowlist(
+    make_notifier: MakeNotifier, url: str
+) -> None:
+    n = await make_notifier(address_policy=AddressPolicy())
+    with pytest.raises(UnsafeURLError) as err:
+        await n.register_config(TaskPushNotificationConfig(url=url), owner="o", task_id="t1")
+    assert err.value.field == "url"
+    page, _ = await n.list_configs("t1", "o")
+    assert page == []
+
+
+async def test_refused_at_connect_time_too(tmp_path: Path, sink: WebhookSink) -> None:
+    db = tmp_path / "push.db"
+    permissive = PushNotifier(
+        SQLiteStore(db),
+        issuer=ISSUER,
+        address_policy=AddressPolicy(allow_loopback=True),
+        run_dispatcher=False,
+    )
+    async with permissive:
+        await permissive.register_config(hook(sink), owner="o", task_id="t1")
+        (delivery_id,) = (
+            await permissive.publish("t1", status("t1", TaskState.WORKING))
+        ).delivery_ids
+    strict = PushNotifier(SQLiteStore(db), issuer=ISSUER, address_policy=AddressPolicy())
+    async with strict:
+        await wait_until(lambda: _is(strict, delivery_id, DeliveryState.DEAD))
+        d = await strict.store.get_delivery(delivery_id)
+        assert d is not None and "AddressRefused" in (d.last_error or "")
+    assert sink.count == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [("ftp://example.com/x", "url"), ("http://user:pw@example.com/", "url"), ("not a url", "url")],
+)
+async def test_invalid_urls_name_the_field(
+    make_notifier: MakeNotifier, url: str, field: str
+) -> None:
+    n = await make_notifier()
+    with pytest.raises(InvalidConfigError) as err:
+        await n.register_config(TaskPushNotificationConfig(url=url), owner="o", task_id="t1")
+    assert err.value.field == field
+
+
+def test_crlf_in_header_bound_values_is_refused() -> None:
+    from pydantic import ValidationError
+
+    for kwargs in (
+        {"token": "a\r\nX-Evil: 1"},
+        {"authentication": {"scheme": "Bearer", "credentials": "x\ny"}},
+        {"authentication": {"scheme": "Bea\rrer"}},
+    ):
+        with pytest.raises(ValidationError) as err:
+            TaskPushNotificationConfig.model_validate({"url": "https://example.com/h", **kwargs})
+        assert "\r" not in str(err.value) and "\n" not in str(err.value).split("\n")[1]
+
+
+async def test_per_task_cap(make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path) -> None:
+    n = await make_notifier(SQLiteStore(tmp_path / "cap.db", StoreOptions(max_configs_per_task=2)))
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    with pytest.raises(TooManyConfigsError) as err:
+        await n.register_config(hook(sink), owner="o", task_id="t1")
+    assert err.value.field == "taskId"
+
+
+async def test_a_broken_row_is_dead_lettered_and_the_dispatcher_goes_on(
+    tmp_path: Path, sink: WebhookSink
+) -> None:
+    from a2a_push.store import generate_key
+
+    db = tmp_path / "push.db"
+    opts = StoreOptions(encryption_keys=[generate_key()])
+    first = PushNotifier(
+        SQLiteStore(db, opts),
+        issuer=ISSUER,
+        address_policy=AddressPolicy(allow_loopback=True),
+        run_dispatcher=False,
+    )
+    async with first:
+        await first.register_config(hook(sink, "/a", token="t"), owner="o", task_id="t1")
+        (broken,) = (await first.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    # Reopened with a different key: that config's secrets cannot be read any more.
+    second = PushNotifier(
+        SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])),
+        issuer=ISSUER,
+        address_policy=AddressPolicy(allow_loopback=True),
+        retry=FAST,
+    )
+    async with second:
+        await second.register_config(hook(sink, "/b"), owner="o", task_id="t2")
+        await second.publish("t2", status("t2", TaskState.WORKING))
+        await sink.wait_for(1, path="/b")
+        await wait_until(lambda: _is(second, broken, DeliveryState.DEAD))
+        d = await second.store.get_delivery(broken)
+        assert d is not None and "decrypt" in (d.last_error or "")
+    assert sink.on("/a") == []
+
+
+# ---- restarts -------------------------------------------------------------------------------
+
+
+async def test_scheduled_retries_resume_after_restart(tmp_path: Path, sink: WebhookSink) -> None:
+    db = tmp_path / "push.db"
+    policy = RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(1.0,))
+    sink.script("/hook", [503])
+    first = PushNotifier(
+        SQLiteStore(db),
+        issuer=ISSUER,
+        retry=policy,
+        address_policy=AddressPolicy(allow_loopback=True),
+    )
+    async with first:
+        await first.register_config(hook(sink), owner="o", task_id="t1")
+        (delivery_id,) = (await first.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+        await wait_until(lambda: _rounds(first, delivery_id, 1))
+    second = PushNotifier(
+        SQLiteStore(db),
+        issuer=ISSUER,
+        retry=policy,
+        address_policy=AddressPolicy(allow_loopback=True),
+    )
+    async with second:
+        await wait_until(lambda: _is(second, delivery_id, DeliveryState.DELIVERED))
+    assert [r.status for r in sink.received] == [503, 200]
+    assert sink.received[1].received_at - sink.received[0].received_at >= 0.75
+
+
+async def test_graceful_stop_releases_claims(tmp_path: Path, sink: WebhookSink) -> None:
+    db = tmp_path / "push.db"
+    sink.script("/hook", [SinkResponse(200, delay=2)])
+    opts = DispatcherOptions(drain_timeout=0.1, lease_seconds=300)
+    first = PushNotifier(
+        SQLiteStore(db),
+        issuer=ISSUER,
+        dispatcher=opts,
+        address_policy=AddressPolicy(allow_loopback=True),
+    )
+    async with first:
+        await first.register_config(hook(sink), owner="o", task_id="t1")
+        (delivery_id,) = (await first.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+        await asyncio.sleep(0.3)  # in flight now, held by the slow sink
+    second = PushNotifier(
+        SQLiteStore(db),
+        issuer=ISSUER,
+        dispatcher=opts,
+        address_policy=AddressPolicy(allow_loopback=True),
+    )
+    async with second:
+        # Released, not leased for 300 s: the new process picks it up at once.
+        await wait_until(lambda: _is(second, delivery_id, DeliveryState.DELIVERED), timeout=5)
+
+
+async def test_metrics_route(
+    make_notifier: MakeNotifier, sink: WebhookSink, aiohttp_client: Any
+) -> None:
+    from aiohttp import web
+
+    n = await make_notifier()
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(1)
+    await wait_until(lambda: _stats_delivered(n))
+    await n.refresh_metrics()
+    app = web.Application()
+    add_metrics_route(app, n.metrics)
+    client = await aiohttp_client(app)
+    text = await (await client.get("/metrics")).text()
+    assert 'a2a_push_deliveries_total{outcome="delivered"} 1.0' in text
+    assert 'a2a_push_attempts_total{result="2xx"} 1.0' in text
+    assert "a2a_push_queue_depth 0.0" in text
+    assert "a2a_push_attempt_duration_seconds_bucket" in text
+
+
+async def _is(n: PushNotifier, delivery_id: str, state: DeliveryState) -> bool:
+    return await delivery_state(n, delivery_id) is state
+
+
+async def _rounds(n: PushNotifier, delivery_id: str, rounds: int) -> bool:
+    d = await n.store.get_delivery(delivery_id)
+    return d is not None and d.rounds >= rounds
+
+
+async def _stats_delivered(n: PushNotifier) -> bool:
+    return bool(await n.store.list_deliveries(DeliveryFilter(state=DeliveryState.DELIVERED)))
