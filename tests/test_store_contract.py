@@ -284,3 +284,40 @@ async def test_stats(store: Store) -> None:
     await store.complete([done(d, "dead", error="x")], now=NOW)
     stats = await store.stats(now=NOW)
     assert stats.dead == 1 and stats.pending == 1
+
+
+async def test_claim_limits_lanes_per_endpoint_and_skips_excluded(store: Store) -> None:
+    for i in range(4):
+        await store.put_config(config(f"a{i}", id="x", url="http://127.0.0.1:1001/h"))
+        await enqueue(store, f"a{i}")
+        await store.put_config(config(f"b{i}", id="x", url="http://127.0.0.1:1002/h"))
+        await enqueue(store, f"b{i}")
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW, per_endpoint=2)
+    assert sorted(d.task_id[0] for d in claimed) == ["a", "a", "b", "b"]
+    rest = await store.claim_due(
+        10,
+        lease_seconds=30,
+        worker_id="w",
+        now=NOW,
+        exclude_endpoints={"http://127.0.0.1:1001"},
+    )
+    first_b = {d.task_id for d in claimed if d.task_id.startswith("b")}
+    assert {d.task_id for d in rest} == {"b0", "b1", "b2", "b3"} - first_b
+
+
+async def test_replacing_a_config_moves_its_lanes_to_the_new_endpoint(store: Store) -> None:
+    await store.put_config(config(id="x", url="http://127.0.0.1:1001/h"))
+    await enqueue(store)
+    await store.put_config(config(id="x", url="http://127.0.0.1:1002/h"))
+    assert (
+        await store.claim_due(
+            10,
+            lease_seconds=30,
+            worker_id="w",
+            now=NOW,
+            exclude_endpoints={"http://127.0.0.1:1002"},
+        )
+        == []
+    )
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert d.config is not None and d.config.url.endswith(":1002/h")

@@ -149,6 +149,8 @@ class Dispatcher:
                     min(free, opts.claim_batch),
                     lease_seconds=opts.lease_seconds,
                     worker_id=self.worker_id,
+                    per_endpoint=opts.per_endpoint,
+                    exclude_endpoints=self._unavailable_endpoints(),
                 )
             except Exception:
                 log.exception("claiming due deliveries failed; retrying shortly")
@@ -230,6 +232,12 @@ class Dispatcher:
             self._wake.set()  # the lane's next event may be due right now
             if not self._in_flight:
                 self._idle.set()
+
+    def _unavailable_endpoints(self) -> set[str]:
+        """Endpoints not to claim for now: saturated here, or with an open breaker."""
+        cap = self.options.per_endpoint
+        busy = {e for e, n in self._per_endpoint.items() if n + self._waiting[e] >= cap}
+        return busy | self.health.open_endpoints()
 
     async def _endpoint_slot(self, endpoint: str) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the

@@ -11,7 +11,9 @@ import enum
 import time
 from dataclasses import dataclass
 
-from yarl import URL
+from ..endpoints import endpoint_of
+
+__all__ = ["BreakerState", "EndpointHealth", "endpoint_of"]
 
 
 class BreakerState(enum.StrEnum):
@@ -26,12 +28,6 @@ class _Endpoint:
     open_until: float = 0.0
     trips: int = 0
     probing: bool = False
-
-
-def endpoint_of(url: str) -> str:
-    """The breaker key of a webhook URL: scheme, host and port."""
-    u = URL(url)
-    return f"{u.scheme}://{u.host}:{u.port}"
 
 
 class EndpointHealth:
@@ -83,6 +79,15 @@ class EndpointHealth:
             return BreakerState.CLOSED
         now = time.time() if now is None else now
         return BreakerState.OPEN if now < e.open_until else BreakerState.HALF_OPEN
+
+    def open_endpoints(self, now: float | None = None) -> set[str]:
+        """Endpoints whose breaker is open (not yet due for a probe)."""
+        now = time.time() if now is None else now
+        return {
+            key
+            for key, e in self._endpoints.items()
+            if e.failures >= self.failure_threshold and now < e.open_until
+        }
 
     def states(self, now: float | None = None) -> dict[str, BreakerState]:
         return {key: self.state(key, now) for key in self._endpoints}

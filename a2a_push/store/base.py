@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -189,9 +189,18 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     async def claim_due(
-        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+        self,
+        limit: int,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+        per_endpoint: int | None = None,
+        exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
-        """Lease up to ``limit`` due deliveries, at most one per (config, task) lane."""
+        """Lease up to ``limit`` due deliveries, at most one per (config, task) lane,
+        at most ``per_endpoint`` per endpoint, none for ``exclude_endpoints``
+        (``scheme://host:port``, see ``a2a_push.endpoints.endpoint_of``)."""
 
     @abc.abstractmethod
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:

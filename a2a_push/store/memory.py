@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..endpoints import endpoint_of
 from ..errors import TooManyConfigsError
 from .base import (
     Delivery,
@@ -165,7 +166,14 @@ class MemoryStore(Store):
         return self._deliveries[lane.pending[0]]
 
     async def claim_due(
-        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+        self,
+        limit: int,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+        per_endpoint: int | None = None,
+        exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
         now = time.time() if now is None else now
         due = [
@@ -174,8 +182,20 @@ class MemoryStore(Store):
             if lane.pending and lane.lease_until <= now and self._head(lane).next_attempt_at <= now
         ]
         due.sort()
+        picked: list[tuple[str, str]] = []
+        per: dict[str, int] = {}
+        cap = per_endpoint or limit
+        for _, lane_key in due:
+            config = self._configs.get(lane_key[0])
+            endpoint = endpoint_of(config.url) if config else ""
+            if endpoint in exclude_endpoints or per.get(endpoint, 0) >= cap:
+                continue
+            per[endpoint] = per.get(endpoint, 0) + 1
+            picked.append(lane_key)
+            if len(picked) >= limit:
+                break
         claimed: list[Delivery] = []
-        for _, lane_key in due[:limit]:
+        for lane_key in picked:
             lane = self._lanes[lane_key]
             lane.lease_owner = worker_id
             lane.lease_until = now + lease_seconds

@@ -9,15 +9,17 @@ Reads use an aiosqlite connection of their own (WAL lets them run beside the wri
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
+from ..endpoints import endpoint_of
 from ..errors import SecretDecryptionError, StoreClosedError, TooManyConfigsError
 from .base import (
     Delivery,
@@ -260,6 +262,7 @@ class SQLiteStore(Store):
                 return config
             values["key"] = found["key"]
             conn.execute(_Q["replace_config"], values)
+            conn.execute(_Q["set_lanes_endpoint"], (values["endpoint"], found["key"]))
             return config.with_changes(
                 key=found["key"], created_at=found["created_at"], failing_since=None
             )
@@ -341,7 +344,7 @@ class SQLiteStore(Store):
         def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
             at = time.time() if now is None else now
             targets = [
-                (row["key"], row["protocol_version"])
+                (row["key"], row["protocol_version"], row["endpoint"])
                 for row in conn.execute(_Q["enabled_task_configs"], (task_id,))
                 if only_config_key is None or row["key"] == only_config_key
             ]
@@ -350,14 +353,14 @@ class SQLiteStore(Store):
             (seq,) = conn.execute(_Q["next_task_seq"], (task_id,)).fetchone()
             bodies: dict[str, bytes] = {}
             rows, lanes, ids = [], [], []
-            for key, version in targets:
+            for key, version, endpoint in targets:
                 body = bodies.get(version)
                 if body is None:
                     body = bodies[version] = render(version)
                 delivery_id = new_id()
                 ids.append(delivery_id)
                 rows.append((delivery_id, key, task_id, seq, kind, body, at, at, at))
-                lanes.append((key, task_id, delivery_id, at))
+                lanes.append((key, task_id, delivery_id, at, endpoint))
             conn.executemany(_Q["insert_delivery"], rows)
             conn.executemany(_Q["open_lane"], lanes)
             return seq, ids
@@ -365,11 +368,26 @@ class SQLiteStore(Store):
         return await self._write(op)
 
     async def claim_due(
-        self, limit: int, *, lease_seconds: float, worker_id: str, now: float | None = None
+        self,
+        limit: int,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+        per_endpoint: int | None = None,
+        exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
+        exclude = json.dumps(sorted(exclude_endpoints))
+
         def op(conn: sqlite3.Connection) -> list[Delivery]:
             at = time.time() if now is None else now
-            rows = conn.execute(_Q["due_lanes"], (at, limit)).fetchall()
+            params = {
+                "now": at,
+                "exclude": exclude,
+                "per_endpoint": per_endpoint or limit,
+                "limit": limit,
+            }
+            rows = conn.execute(_Q["due_lanes"], params).fetchall()
             claimed: list[Delivery] = []
             leases = []
             for row in rows:
@@ -556,6 +574,7 @@ def _config_params(config: StoredConfig, sealed: str | None) -> dict[str, Any]:
         "owner": config.owner,
         "tenant": config.tenant,
         "url": config.url,
+        "endpoint": endpoint_of(config.url),
         "auth_scheme": config.auth_scheme,
         "secrets": sealed,
         "protocol_version": config.protocol_version,

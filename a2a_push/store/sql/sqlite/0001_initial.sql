@@ -7,6 +7,7 @@ CREATE TABLE IF NOT EXISTS configs (
     owner            TEXT NOT NULL,
     tenant           TEXT,
     url              TEXT NOT NULL,
+    endpoint         TEXT NOT NULL,   -- scheme://host:port of url
     auth_scheme      TEXT,
     secrets          TEXT,            -- token + credentials, sealed by SecretBox
     protocol_version TEXT NOT NULL,
@@ -56,6 +57,7 @@ CREATE TABLE IF NOT EXISTS lanes (
     head_id     TEXT NOT NULL,
     due_at      REAL NOT NULL,
     lease_owner TEXT,
+    endpoint    TEXT NOT NULL,   -- the config's, for per-endpoint claim limits
     PRIMARY KEY (config_key, task_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lanes_by_due ON lanes (due_at);

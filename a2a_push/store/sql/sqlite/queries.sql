@@ -1,14 +1,17 @@
 -- name: insert_config
-INSERT INTO configs (key, id, task_id, owner, tenant, url, auth_scheme, secrets,
+INSERT INTO configs (key, id, task_id, owner, tenant, url, endpoint, auth_scheme, secrets,
                      protocol_version, enabled, disabled_reason, failing_since, created_at)
-VALUES (:key, :id, :task_id, :owner, :tenant, :url, :auth_scheme, :secrets,
+VALUES (:key, :id, :task_id, :owner, :tenant, :url, :endpoint, :auth_scheme, :secrets,
         :protocol_version, :enabled, :disabled_reason, :failing_since, :created_at);
 
 -- name: replace_config
-UPDATE configs SET tenant = :tenant, url = :url, auth_scheme = :auth_scheme,
+UPDATE configs SET tenant = :tenant, url = :url, endpoint = :endpoint, auth_scheme = :auth_scheme,
        secrets = :secrets, protocol_version = :protocol_version, enabled = :enabled,
        disabled_reason = :disabled_reason, failing_since = NULL
 WHERE key = :key;
+
+-- name: set_lanes_endpoint
+UPDATE lanes SET endpoint = ? WHERE config_key = ?;
 
 -- name: find_config_key
 SELECT key, created_at FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
@@ -64,10 +67,19 @@ INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempt
 VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?);
 
 -- name: open_lane
-INSERT INTO lanes (config_key, task_id, head_id, due_at) VALUES (?, ?, ?, ?)
+INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (config_key, task_id) DO NOTHING;
 
 -- name: due_lanes
+-- At most :per_endpoint lanes per endpoint, none for the excluded (saturated or broken)
+-- endpoints, earliest due first.
+WITH due AS (
+    SELECT config_key, task_id, head_id, due_at,
+           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
+    FROM lanes
+    WHERE due_at <= :now
+      AND endpoint NOT IN (SELECT value FROM json_each(:exclude))
+)
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
@@ -76,12 +88,12 @@ SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
        c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
        c.failing_since AS c_failing_since, c.created_at AS c_created_at
-FROM lanes l
+FROM due l
 JOIN deliveries d ON d.id = l.head_id
 LEFT JOIN configs c ON c.key = l.config_key
-WHERE l.due_at <= ?
+WHERE l.nth <= :per_endpoint
 ORDER BY l.due_at
-LIMIT ?;
+LIMIT :limit;
 
 -- name: lease_lane
 UPDATE lanes SET due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
@@ -110,7 +122,8 @@ WHERE config_key = ? AND task_id = ? AND state = 'pending'
 ORDER BY seq LIMIT 1;
 
 -- name: set_lane_head
-INSERT INTO lanes (config_key, task_id, head_id, due_at, lease_owner) VALUES (?, ?, ?, ?, NULL)
+INSERT INTO lanes (config_key, task_id, head_id, due_at, lease_owner, endpoint)
+VALUES (?1, ?2, ?3, ?4, NULL, coalesce((SELECT endpoint FROM configs WHERE key = ?1), ''))
 ON CONFLICT (config_key, task_id)
 DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner = NULL;
 
