@@ -282,9 +282,25 @@ class Dispatcher:
 
         result: HTTPResult | BaseException
         try:
-            result = await self.retry.quick(first_round=first_round)(attempt)
+            result = await attempt()
         except A2APushError as exc:
             result = exc
+        if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
+            # Only now pay for tenacity's loop; it sees the first outcome as its first try.
+            first: list[HTTPResult | BaseException] = [result]
+
+            async def again() -> HTTPResult:
+                if first:
+                    earlier = first.pop()
+                    if isinstance(earlier, BaseException):
+                        raise earlier
+                    return earlier
+                return await attempt()
+
+            try:
+                result = await self.retry.quick(first_round=True)(again)
+            except A2APushError as exc:
+                result = exc
         verdict = classify(result)
         now = time.time()
         status = result.status if isinstance(result, HTTPResult) else None
