@@ -321,3 +321,31 @@ async def test_replacing_a_config_moves_its_lanes_to_the_new_endpoint(store: Sto
     )
     (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
     assert d.config is not None and d.config.url.endswith(":1002/h")
+
+
+async def test_complete_and_claim_next_streams_a_lane(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    for _ in range(3):
+        await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    d2 = await store.complete_and_claim_next(done(d1), lease_seconds=30, worker_id="w", now=NOW)
+    assert d2 is not None and d2.seq == 2 and d2.config is not None
+    # Leased to us: nobody else can claim the lane now.
+    assert await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW) == []
+    d3 = await store.complete_and_claim_next(
+        done(d2, "retry", next_attempt_at=NOW + 60), lease_seconds=30, worker_id="w", now=NOW
+    )
+    assert d3 is None  # the lane is not due: its head waits for its retry
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 60)
+    assert again.id == d2.id
+    last = await store.complete_and_claim_next(
+        done(again), lease_seconds=30, worker_id="w", now=NOW + 60
+    )
+    assert last is not None and last.seq == 3
+    assert (
+        await store.complete_and_claim_next(
+            done(last), lease_seconds=30, worker_id="w", now=NOW + 60
+        )
+        is None
+    )
+    assert (await store.stats(now=NOW + 60)).pending == 0

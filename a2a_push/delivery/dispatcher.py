@@ -188,14 +188,11 @@ class Dispatcher:
     async def _deliver(self, delivery: Delivery) -> None:
         endpoint: str | None = None
         counted = False
+        current = delivery
         try:
             config = delivery.config
             if config is None or not config.enabled:
-                reason = delivery.config_error or (
-                    "config no longer exists" if config is None else "config disabled"
-                )
-                await self._finish(delivery, "dead", delivery.attempts, error=reason)
-                self.metrics.deliveries.labels("dead").inc()
+                await self._drop_unsendable(delivery)
                 return
             endpoint = endpoint_of(config.url)
             now = time.time()
@@ -206,16 +203,31 @@ class Dispatcher:
                 await self._defer(delivery, retry_at)
                 return
             counted = True
-            await self._attempt_and_record(delivery, config, endpoint)
+            while True:
+                nxt = await self._attempt_and_record(current, config, endpoint)
+                if nxt is None:
+                    break
+                # The lane's next event was due and is leased to us: send it on the same
+                # endpoint slot, without a claim round.
+                task = self._in_flight.pop(current.id)
+                self._in_flight[nxt.id] = task
+                current = nxt
+                if self._stopping:
+                    await self.store.release([nxt.id], worker_id=self.worker_id)
+                    break
+                config = nxt.config
+                if config is None or not config.enabled:
+                    await self._drop_unsendable(nxt)
+                    break
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never let one delivery stop the dispatcher
-            log.exception("delivery %s failed unexpectedly", delivery.id)
+            log.exception("delivery %s failed unexpectedly", current.id)
             with contextlib.suppress(Exception):
                 await self._finish(
-                    delivery,
+                    current,
                     "dead",
-                    delivery.attempts,
+                    current.attempts,
                     error=f"internal error: {type(exc).__name__}",
                 )
         finally:
@@ -226,12 +238,20 @@ class Dispatcher:
                 slot_freed = self._endpoint_freed.get(endpoint)
                 if slot_freed is not None:
                     slot_freed.set()
-            self._in_flight.pop(delivery.id, None)
+            self._in_flight.pop(current.id, None)
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot_freed.set()
             self._wake.set()  # the lane's next event may be due right now
             if not self._in_flight:
                 self._idle.set()
+
+    async def _drop_unsendable(self, delivery: Delivery) -> None:
+        config = delivery.config
+        reason = delivery.config_error or (
+            "config no longer exists" if config is None else "config disabled"
+        )
+        await self._finish(delivery, "dead", delivery.attempts, error=reason)
+        self.metrics.deliveries.labels("dead").inc()
 
     def _unavailable_endpoints(self) -> set[str]:
         """Endpoints not to claim for now: saturated here, or with an open breaker."""
@@ -271,7 +291,9 @@ class Dispatcher:
 
     async def _attempt_and_record(
         self, delivery: Delivery, config: StoredConfig, endpoint: str
-    ) -> None:
+    ) -> Delivery | None:
+        """One claim's attempts and their outcome; returns the lane's next delivery when
+        it was due and could be leased at once."""
         attempts = delivery.attempts
         first_round = delivery.rounds == 0
 
@@ -306,14 +328,16 @@ class Dispatcher:
         status = result.status if isinstance(result, HTTPResult) else None
         error = _describe(result)
 
+        nxt: Delivery | None = None
         if verdict is Verdict.DELIVERED:
             self.health.record_success(endpoint)
-            await self._finish(
+            nxt = await self._finish(
                 delivery,
                 "delivered",
                 attempts,
                 status=status,
                 clear_failing=config.failing_since is not None,
+                claim_next=not self._stopping,
             )
             self.metrics.end_to_end_latency.observe(max(0.0, now - delivery.created_at))
         elif verdict is Verdict.GONE:
@@ -332,8 +356,9 @@ class Dispatcher:
         else:
             self.health.record_failure(endpoint, now)
             await self._reschedule(delivery, config, attempts, result, status, error, now)
-            return
+            return None
         self.metrics.deliveries.labels(verdict.value).inc()
+        return nxt
 
     async def _reschedule(
         self,
@@ -431,22 +456,25 @@ class Dispatcher:
         error: str | None = None,
         disable: str | None = None,
         clear_failing: bool = False,
-    ) -> None:
-        await self.store.complete(
-            [
-                Outcome(
-                    delivery.id,
-                    delivery.config_key,
-                    delivery.task_id,
-                    "delivered" if kind == "delivered" else "dead",
-                    attempts=attempts,
-                    status=status,
-                    error=error,
-                    disable_config=disable,
-                    clear_config_failing=clear_failing,
-                )
-            ]
+        claim_next: bool = False,
+    ) -> Delivery | None:
+        outcome = Outcome(
+            delivery.id,
+            delivery.config_key,
+            delivery.task_id,
+            "delivered" if kind == "delivered" else "dead",
+            attempts=attempts,
+            status=status,
+            error=error,
+            disable_config=disable,
+            clear_config_failing=clear_failing,
         )
+        if claim_next:
+            return await self.store.complete_and_claim_next(
+                outcome, lease_seconds=self.options.lease_seconds, worker_id=self.worker_id
+            )
+        await self.store.complete([outcome])
+        return None
 
 
 def _describe(result: HTTPResult | BaseException) -> str:

@@ -206,6 +206,19 @@ class Outbox(abc.ABC):
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         """Record outcomes of claimed deliveries and release their lanes."""
 
+    async def complete_and_claim_next(
+        self,
+        outcome: Outcome,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+    ) -> Delivery | None:
+        """``complete([outcome])``, then lease and return the lane's next delivery if it
+        is due now, so a busy lane streams without a separate claim round."""
+        await self.complete([outcome], now=now)
+        return None
+
     @abc.abstractmethod
     async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
         """Give leased work back untouched (graceful shutdown)."""

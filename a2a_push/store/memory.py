@@ -254,6 +254,25 @@ class MemoryStore(Store):
                 if o.disable_config is not None:
                     await self.set_config_enabled(config.key, False, o.disable_config)
 
+    async def complete_and_claim_next(
+        self,
+        outcome: Outcome,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+    ) -> Delivery | None:
+        now = time.time() if now is None else now
+        await self.complete([outcome], now=now)
+        lane = self._lanes.get((outcome.config_key, outcome.task_id))
+        if lane is None or not lane.pending or lane.lease_until > now:
+            return None
+        head = self._head(lane)
+        if head.next_attempt_at > now:
+            return None
+        lane.lease_owner, lane.lease_until = worker_id, now + lease_seconds
+        return replace(head, config=self._configs.get(head.config_key))
+
     async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
         for delivery_id in delivery_ids:
             d = self._deliveries.get(delivery_id)

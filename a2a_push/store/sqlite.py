@@ -243,6 +243,19 @@ class SQLiteStore(Store):
             last_error=row["last_error"],
         )
 
+    def _claimed_from_row(self, row: Any) -> Delivery:
+        """A delivery row joined with its config (``c_`` columns), as claims return it."""
+        delivery = self._delivery_from_row(row)
+        config, config_error = None, None
+        if row["c_key"] is not None:
+            try:
+                config = self._config_from_row(row, prefix="c_")
+            except SecretDecryptionError as exc:
+                config_error = str(exc)
+        return Delivery(
+            **{**_delivery_fields(delivery), "config": config, "config_error": config_error}
+        )
+
     # ---- configs ---------------------------------------------------------------------
 
     async def put_config(self, config: StoredConfig) -> StoredConfig:
@@ -395,22 +408,7 @@ class SQLiteStore(Store):
                     # A lane whose head is no longer pending: repair it (never expected).
                     _advance_lane(conn, row["lane_config_key"], row["lane_task_id"])
                     continue
-                delivery = self._delivery_from_row(row)
-                config, config_error = None, None
-                if row["c_key"] is not None:
-                    try:
-                        config = self._config_from_row(row, prefix="c_")
-                    except SecretDecryptionError as exc:
-                        config_error = str(exc)
-                claimed.append(
-                    Delivery(
-                        **{
-                            **_delivery_fields(delivery),
-                            "config": config,
-                            "config_error": config_error,
-                        }
-                    )
-                )
+                claimed.append(self._claimed_from_row(row))
                 leases.append(
                     (at + lease_seconds, worker_id, row["lane_config_key"], row["lane_task_id"])
                 )
@@ -426,35 +424,31 @@ class SQLiteStore(Store):
         def op(conn: sqlite3.Connection) -> None:
             at = time.time() if now is None else now
             for o in outcomes:
-                if o.kind == "defer":
-                    assert o.next_attempt_at is not None
-                    changed = conn.execute(
-                        _Q["defer_delivery"], (o.next_attempt_at, at, o.delivery_id)
-                    ).rowcount
-                elif o.kind == "retry":
-                    assert o.next_attempt_at is not None
-                    changed = conn.execute(
-                        _Q["retry_delivery"],
-                        (o.attempts, o.status, o.error, o.next_attempt_at, at, o.delivery_id),
-                    ).rowcount
-                else:
-                    state = "delivered" if o.kind == "delivered" else "dead"
-                    changed = conn.execute(
-                        _Q["finish_delivery"],
-                        (state, o.attempts, o.status, o.error, at, o.delivery_id),
-                    ).rowcount
-                if changed:
-                    _advance_lane(conn, o.config_key, o.task_id)
-                if o.config_failing_since is not None:
-                    conn.execute(
-                        _Q["set_config_failing_since"], (o.config_failing_since, o.config_key)
-                    )
-                if o.clear_config_failing:
-                    conn.execute(_Q["clear_config_failing"], (o.config_key,))
-                if o.disable_config is not None:
-                    _set_enabled(conn, o.config_key, False, o.disable_config, at)
+                _apply_outcome(conn, o, at)
 
         await self._write(op)
+
+    async def complete_and_claim_next(
+        self,
+        outcome: Outcome,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+    ) -> Delivery | None:
+        def op(conn: sqlite3.Connection) -> Delivery | None:
+            at = time.time() if now is None else now
+            _apply_outcome(conn, outcome, at)
+            leased = conn.execute(
+                _Q["lease_lane_if_due"],
+                (at + lease_seconds, worker_id, outcome.config_key, outcome.task_id, at),
+            ).fetchone()
+            if leased is None:
+                return None
+            row = conn.execute(_Q["delivery_with_config"], (leased["head_id"],)).fetchone()
+            return self._claimed_from_row(row)
+
+        return await self._write(op)
 
     async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
         if not delivery_ids:
@@ -531,6 +525,33 @@ class SQLiteStore(Store):
 
 
 # ---- helpers run on the writer thread ---------------------------------------------------
+
+
+def _apply_outcome(conn: sqlite3.Connection, o: Outcome, at: float) -> None:
+    if o.kind == "defer":
+        assert o.next_attempt_at is not None
+        changed = conn.execute(
+            _Q["defer_delivery"], (o.next_attempt_at, at, o.delivery_id)
+        ).rowcount
+    elif o.kind == "retry":
+        assert o.next_attempt_at is not None
+        changed = conn.execute(
+            _Q["retry_delivery"],
+            (o.attempts, o.status, o.error, o.next_attempt_at, at, o.delivery_id),
+        ).rowcount
+    else:
+        state = "delivered" if o.kind == "delivered" else "dead"
+        changed = conn.execute(
+            _Q["finish_delivery"], (state, o.attempts, o.status, o.error, at, o.delivery_id)
+        ).rowcount
+    if changed:
+        _advance_lane(conn, o.config_key, o.task_id)
+    if o.config_failing_since is not None:
+        conn.execute(_Q["set_config_failing_since"], (o.config_failing_since, o.config_key))
+    if o.clear_config_failing:
+        conn.execute(_Q["clear_config_failing"], (o.config_key,))
+    if o.disable_config is not None:
+        _set_enabled(conn, o.config_key, False, o.disable_config, at)
 
 
 def _advance_lane(

@@ -95,6 +95,22 @@ WHERE l.nth <= :per_endpoint
 ORDER BY l.due_at
 LIMIT :limit;
 
+-- name: delivery_with_config
+SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
+WHERE d.id = ?;
+
+-- name: lease_lane_if_due
+UPDATE lanes SET due_at = ?, lease_owner = ?
+WHERE config_key = ? AND task_id = ? AND lease_owner IS NULL AND due_at <= ?
+RETURNING head_id;
+
 -- name: lease_lane
 UPDATE lanes SET due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
 
