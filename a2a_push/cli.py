@@ -487,7 +487,6 @@ def _import_demo() -> Any:
         if not (root / "examples" / "demo.py").is_file() or str(root) in sys.path:
             raise
         sys.path.insert(0, str(root))
-        sys.modules.pop("examples", None)
         return importlib.import_module("examples.demo")
 
 
@@ -809,7 +808,8 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
                 "their push configs are disabled or deleted (register the config again, "
                 "then replay)"
             )
-        print(f"replayed {count} dead-lettered deliveries; they are pending again")
+        noun = "delivery" if count == 1 else "deliveries"
+        print(f"replayed {count} dead-lettered {noun}; pending again")
         if skipped:
             _note(
                 f"{skipped} not replayed: their push config is disabled or deleted, or they "
@@ -895,7 +895,7 @@ def _cmd_send_test(args: argparse.Namespace) -> int:
         except UnsafeURLError as exc:
             raise CLIError(_refused(exc.message)) from None
         except InvalidConfigError as exc:
-            raise CLIError(f"URL {exc.message}") from None
+            raise CLIError(f"URL {exc.message}; check the host name") from None
         headers = webhook_headers(delivery, config, signer)
         async with Transport(policy, timeouts) as transport:
             try:

@@ -41,6 +41,7 @@ _Q = queries("sqlite")
 _MAX_BATCH = 512
 
 Synchronous = Literal["FULL", "NORMAL"]
+_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
 
 
 class SQLiteStore(Store):
@@ -65,7 +66,8 @@ class SQLiteStore(Store):
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._queue: list[_Op] = []
+        self._current_sync: str = synchronous
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -138,11 +140,18 @@ class SQLiteStore(Store):
 
     # ---- the writer ------------------------------------------------------------------
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, sync: bool = True) -> T:
+        """Run ``fn`` in the next group-committed transaction.
+
+        ``sync=False`` marks bookkeeping (claims, outcomes, releases) whose loss on power
+        failure only means a webhook is sent again: a batch of nothing but such writes
+        commits without an fsync even under ``synchronous="FULL"``. Publishes and config
+        changes always get the configured durability.
+        """
         if self._closed or self._writer_task is None:
             raise StoreClosedError("the SQLite store is not open (call open() first)")
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((fn, fut))
+        self._queue.append((fn, fut, sync))
         self._wake.set()
         return await fut
 
@@ -155,7 +164,7 @@ class SQLiteStore(Store):
             while self._queue:
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                 results = await loop.run_in_executor(self._executor, self._run_batch, batch)
-                for (_, fut), (ok, value) in zip(batch, results):
+                for (_, fut, _sync), (ok, value) in zip(batch, results):
                     if fut.done():
                         continue
                     if ok:
@@ -165,14 +174,17 @@ class SQLiteStore(Store):
             if self._closed:
                 return
 
-    def _run_batch(
-        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]
-    ) -> list[tuple[bool, Any]]:
+    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
         conn = self._conn
         assert conn is not None
+        if self._synchronous == "FULL":
+            wanted = "FULL" if any(sync for _, _, sync in batch) else "NORMAL"
+            if wanted != self._current_sync:
+                conn.execute(f"PRAGMA synchronous = {wanted}")
+                self._current_sync = wanted
         try:
             conn.execute("BEGIN IMMEDIATE")
-            results = [(True, fn(conn)) for fn, _ in batch]
+            results = [(True, fn(conn)) for fn, _, _ in batch]
             conn.execute("COMMIT")
             return results
         except Exception:
@@ -181,7 +193,7 @@ class SQLiteStore(Store):
         if len(batch) == 1:
             return [self._run_one(conn, batch[0][0])]
         # One op failed: run each alone so the others still commit.
-        return [self._run_one(conn, fn) for fn, _ in batch]
+        return [self._run_one(conn, fn) for fn, _, _ in batch]
 
     @staticmethod
     def _run_one(
@@ -415,7 +427,7 @@ class SQLiteStore(Store):
             conn.executemany(_Q["lease_lane"], leases)
             return claimed
 
-        return await self._write(op)
+        return await self._write(op, sync=False)
 
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         if not outcomes:
@@ -426,7 +438,7 @@ class SQLiteStore(Store):
             for o in outcomes:
                 _apply_outcome(conn, o, at)
 
-        await self._write(op)
+        await self._write(op, sync=False)
 
     async def complete_and_claim_next(
         self,
@@ -448,7 +460,7 @@ class SQLiteStore(Store):
             row = conn.execute(_Q["delivery_with_config"], (leased["head_id"],)).fetchone()
             return self._claimed_from_row(row)
 
-        return await self._write(op)
+        return await self._write(op, sync=False)
 
     async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
         if not delivery_ids:
@@ -457,7 +469,7 @@ class SQLiteStore(Store):
         def op(conn: sqlite3.Connection) -> None:
             conn.executemany(_Q["release_lane"], [(i, worker_id) for i in delivery_ids])
 
-        await self._write(op)
+        await self._write(op, sync=False)
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         rows = await self._read(_Q["delivery_by_id"], (delivery_id,))

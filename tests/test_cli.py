@@ -1,0 +1,742 @@
+"""The ``a2a-push`` command, run in-process against real SQLite files and a real local sink.
+
+``main()`` runs its own event loop, so these tests are synchronous: the store is prepared
+with ``asyncio.run`` and the webhook sink runs on an event loop in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import threading
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from a2a_push.cli import main
+from a2a_push.ids import new_delivery_id
+from a2a_push.signing import standard_webhooks, verify_webhook_jwt
+from a2a_push.store import (
+    DeliveryState,
+    Outcome,
+    SQLiteStore,
+    StoredConfig,
+    StoreOptions,
+    generate_key,
+)
+from a2a_push.testing import SinkResponse, WebhookSink
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_TOKEN = "tok-s3cret-never-print-me"
+STDWH_SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
+DEAD_BODY = {"statusUpdate": {"taskId": "task-1", "status": {"state": "TASK_STATE_FAILED"}}}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "A2A_PUSH_DATABASE",
+        "A2A_PUSH_ENCRYPTION_KEYS",
+        "A2A_PUSH_KEYS_DIR",
+        "A2A_PUSH_ISSUER",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+CLI = Callable[..., Run]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[CLI]:
+    """Call ``cli(args)`` to run the command; every output seen is checked for secrets."""
+    seen: list[Run] = []
+
+    def run(*args: str) -> Run:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        result = Run(code, captured.out, captured.err)
+        seen.append(result)
+        return result
+
+    yield run
+    for result in seen:
+        for secret in (SECRET_TOKEN, STDWH_SECRET):
+            assert secret not in result.out
+            assert secret not in result.err
+
+
+def one_line_error(result: Run, code: int) -> str:
+    assert result.code == code, result
+    assert result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("a2a-push: error: ")
+    return lines[0]
+
+
+# ---- a prepared outbox -----------------------------------------------------------------
+
+
+@dataclass
+class Outbox:
+    path: Path
+    dead: str  # task-1, dead-lettered after a 500
+    delivered: str  # task-1
+    pending: str  # task-2, body is not JSON
+    config_key: str
+
+
+def _config(task_id: str, config_id: str) -> StoredConfig:
+    return StoredConfig(
+        key=uuid.uuid4().hex,
+        id=config_id,
+        task_id=task_id,
+        owner="alice",
+        url="http://127.0.0.1:9/hook",
+        token=SECRET_TOKEN,
+        created_at=time.time(),
+    )
+
+
+async def _prepare(path: Path, options: StoreOptions | None = None) -> Outbox:
+    async with SQLiteStore(path, options) as store:
+        first = await store.put_config(_config("task-1", "cfg-1"))
+        await store.put_config(_config("task-2", "cfg-2"))
+
+        _, [dead] = await store.enqueue(
+            "task-1",
+            "statusUpdate",
+            lambda _v: json.dumps(DEAD_BODY).encode(),
+            new_id=new_delivery_id,
+        )
+        [claimed] = await store.claim_due(10, lease_seconds=30, worker_id="test")
+        await store.complete(
+            [Outcome(claimed.id, claimed.config_key, claimed.task_id, "dead", 3, 500, "HTTP 500")]
+        )
+
+        _, [delivered] = await store.enqueue(
+            "task-1", "task", lambda _v: b'{"task": {}}', new_id=new_delivery_id
+        )
+        [claimed] = await store.claim_due(10, lease_seconds=30, worker_id="test")
+        await store.complete(
+            [Outcome(claimed.id, claimed.config_key, claimed.task_id, "delivered", 1, 200)]
+        )
+
+        _, [pending] = await store.enqueue(
+            "task-2", "artifactUpdate", lambda _v: b"\x00not json", new_id=new_delivery_id
+        )
+        return Outbox(path, dead, delivered, pending, first.key)
+
+
+@pytest.fixture
+def outbox(tmp_path: Path) -> Outbox:
+    return asyncio.run(_prepare(tmp_path / "outbox.db"))
+
+
+def state_of(path: Path, delivery_id: str) -> DeliveryState:
+    async def read() -> DeliveryState:
+        async with SQLiteStore(path) as store:
+            delivery = await store.get_delivery(delivery_id)
+            assert delivery is not None
+            return delivery.state
+
+    return asyncio.run(read())
+
+
+# ---- a webhook sink on its own loop ------------------------------------------------------
+
+
+@dataclass
+class Sink:
+    sink: WebhookSink
+    loop: asyncio.AbstractEventLoop
+
+    def url(self, path: str = "/hook") -> str:
+        return self.sink.url(path)
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    webhook_sink = WebhookSink()
+    asyncio.run_coroutine_threadsafe(webhook_sink.start(), loop).result(10)
+    try:
+        yield Sink(webhook_sink, loop)
+    finally:
+        asyncio.run_coroutine_threadsafe(webhook_sink.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+# ---- top level ---------------------------------------------------------------------------
+
+
+def test_help_lists_commands_and_environment(cli: CLI) -> None:
+    result = cli("--help")
+    assert result.code == 0
+    for word in ("demo", "keys", "deliveries", "store", "send-test", "version"):
+        assert word in result.out
+    for env in ("A2A_PUSH_DATABASE", "A2A_PUSH_KEYS_DIR", "A2A_PUSH_ENCRYPTION_KEYS"):
+        assert env in result.out
+
+
+def test_no_command_is_a_usage_error(cli: CLI) -> None:
+    assert "choose a command" in one_line_error(cli(), 2)
+    assert "a2a-push keys --help" in one_line_error(cli("keys"), 2)
+
+
+def test_unknown_option_is_a_one_line_usage_error(cli: CLI) -> None:
+    line = one_line_error(cli("deliveries", "list", "--colour"), 2)
+    assert "--colour" in line
+
+
+def test_version(cli: CLI) -> None:
+    result = cli("version")
+    assert result.code == 0
+    assert result.out.startswith("a2a-push ")
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "a2a_push", "version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("a2a-push ")
+
+
+def test_store_generate_key_prints_a_working_fernet_key(cli: CLI, tmp_path: Path) -> None:
+    result = cli("store", "generate-key")
+    assert result.code == 0
+    key = result.out.strip()
+    # The key is accepted as an encryption key by the store.
+    asyncio.run(_prepare(tmp_path / "enc.db", StoreOptions(encryption_keys=[key])))
+
+
+def test_demo_runs_examples_demo_main(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def fake_main(argv: list[str]) -> int:
+        calls.append(argv)
+        print("demo ran")
+        return 3
+
+    monkeypatch.setitem(sys.modules, "examples.demo", types.SimpleNamespace(main=fake_main))
+    result = cli("demo")
+    assert result.code == 3
+    assert result.out == "demo ran\n"
+    assert calls == [[]]  # never this command's own arguments
+
+
+def test_demo_without_a_checkout_says_how_to_run_it(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "examples.demo", None)  # import fails
+    line = one_line_error(cli("demo"), 1)
+    assert "make demo" in line
+
+
+# ---- keys --------------------------------------------------------------------------------
+
+
+def _field(output: str, name: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"{name!r} not in {output!r}")
+
+
+def test_keys_generate_rotate_jwks_round_trip(cli: CLI, tmp_path: Path) -> None:
+    keys = str(tmp_path / "keys")
+    created = cli("keys", "generate", "--dir", keys)
+    assert created.code == 0
+    assert "created" in created.out
+    first = _field(created.out, "active kid")
+    assert _field(created.out, "alg") == "ES256"
+
+    again = cli("keys", "generate", "--dir", keys, "--alg", "RS256")
+    assert again.code == 0
+    assert "already exists" in again.out
+    assert _field(again.out, "active kid") == first
+    assert "keys rotate" in again.err  # the alg was not switched; says how
+
+    jwks = json.loads(cli("keys", "jwks", "--dir", keys).out)
+    assert [k["kid"] for k in jwks["keys"]] == [first]
+    assert all("d" not in k for k in jwks["keys"])
+
+    rotated = cli("keys", "rotate", "--dir", keys, "--alg", "EdDSA")
+    assert rotated.code == 0
+    new = _field(rotated.out, "new active kid").split()[0]
+    assert "(EdDSA)" in rotated.out
+    assert _field(rotated.out, "retired kid").split()[0] == first
+
+    jwks = json.loads(cli("keys", "jwks", "--dir", keys).out)
+    assert [k["kid"] for k in jwks["keys"]] == [new, first]
+    assert jwks["keys"][0]["alg"] == "EdDSA"
+
+
+def test_keys_generate_with_alg(cli: CLI, tmp_path: Path) -> None:
+    result = cli("keys", "generate", "--dir", str(tmp_path / "k"), "--alg", "EdDSA")
+    assert result.code == 0
+    assert _field(result.out, "alg") == "EdDSA"
+
+
+def test_keys_prune_drops_retired_keys_past_grace(cli: CLI, tmp_path: Path) -> None:
+    keys = str(tmp_path / "keys")
+    first = _field(cli("keys", "generate", "--dir", keys).out, "active kid")
+    assert "nothing to prune" in cli("keys", "prune", "--dir", keys).out
+    cli("keys", "rotate", "--dir", keys)
+    assert "nothing to prune" in cli("keys", "prune", "--dir", keys).out
+
+    pruned = cli("keys", "prune", "--dir", keys, "--grace-period", "0")
+    assert pruned.code == 0
+    assert _field(pruned.out, "pruned kid") == first
+    jwks = json.loads(cli("keys", "jwks", "--dir", keys).out)
+    assert first not in [k["kid"] for k in jwks["keys"]]
+    assert not (Path(keys) / f"{first}.pem").exists()
+
+
+def test_keys_dir_from_environment(
+    cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("A2A_PUSH_KEYS_DIR", str(tmp_path / "env-keys"))
+    assert cli("keys", "generate").code == 0
+    assert (tmp_path / "env-keys" / "keys.json").is_file()
+
+
+def test_keys_without_dir_is_a_usage_error(cli: CLI) -> None:
+    line = one_line_error(cli("keys", "jwks"), 2)
+    assert "--dir" in line
+    assert "A2A_PUSH_KEYS_DIR" in line
+
+
+@pytest.mark.parametrize("command", ["jwks", "rotate", "prune"])
+def test_keys_commands_never_create_a_key_set(cli: CLI, tmp_path: Path, command: str) -> None:
+    keys = tmp_path / "typo"
+    line = one_line_error(cli("keys", command, "--dir", str(keys)), 1)
+    assert "keys generate" in line
+    assert not keys.exists()
+
+
+def test_keys_broken_metadata_is_a_failure(cli: CLI, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    cli("keys", "generate", "--dir", str(keys))
+    (keys / "keys.json").write_text("{not json")
+    line = one_line_error(cli("keys", "jwks", "--dir", str(keys)), 1)
+    assert "keys.json" in line
+
+
+# ---- deliveries: list and show -----------------------------------------------------------
+
+
+def test_deliveries_list_table(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "list", "--database", str(outbox.path))
+    assert result.code == 0
+    header, *rows = result.out.splitlines()
+    assert header.split() == ["ID", "TASK", "SEQ", "KIND", "STATE", "ATTEMPTS", "LAST", "NEXT"]
+    assert len(rows) == 3
+    by_id = {row.split()[0]: row for row in rows}
+    assert "dead" in by_id[outbox.dead]
+    assert "500 HTTP 500" in by_id[outbox.dead]
+    assert "delivered" in by_id[outbox.delivered]
+    assert by_id[outbox.pending].rstrip().endswith("due now")
+
+
+def test_deliveries_list_filters(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+
+    def ids(*args: str) -> set[str]:
+        result = cli("deliveries", "list", "--database", db, "--json", *args)
+        assert result.code == 0
+        return {d["id"] for d in json.loads(result.out)}
+
+    assert ids() == {outbox.dead, outbox.delivered, outbox.pending}
+    assert ids("--state", "dead") == {outbox.dead}
+    assert ids("--state", "pending") == {outbox.pending}
+    assert ids("--task", "task-1") == {outbox.dead, outbox.delivered}
+    assert ids("--task", "task-1", "--state", "delivered") == {outbox.delivered}
+    assert ids("--task", "no-such-task") == set()
+    assert ids("--until", "2000-01-01T00:00:00Z") == set()
+    assert ids("--since", "2000-01-01T00:00:00") == {outbox.dead, outbox.delivered, outbox.pending}
+
+
+def test_deliveries_list_limit_and_paging(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    first = cli("deliveries", "list", "--database", db, "--json", "--limit", "2")
+    page = json.loads(first.out)
+    assert len(page) == 2
+    assert f"--after {page[-1]['id']}" in first.err
+    rest = json.loads(
+        cli("deliveries", "list", "--database", db, "--json", "--after", page[-1]["id"]).out
+    )
+    assert {d["id"] for d in page + rest} == {outbox.dead, outbox.delivered, outbox.pending}
+
+
+def test_deliveries_list_json_fields(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "list", "--database", str(outbox.path), "--json")
+    rows = {d["id"]: d for d in json.loads(result.out)}
+    dead = rows[outbox.dead]
+    assert dead["state"] == "dead"
+    assert dead["task_id"] == "task-1"
+    assert dead["seq"] == 1
+    assert dead["kind"] == "statusUpdate"
+    assert dead["attempts"] == 3
+    assert dead["last_status"] == 500
+    assert dead["last_error"] == "HTTP 500"
+    assert dead["next_attempt_at"] is None
+    assert dead["created_at"].endswith("Z")
+    assert rows[outbox.pending]["next_attempt_at"].endswith("Z")
+
+
+def test_deliveries_list_empty(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "list", "--database", str(outbox.path), "--task", "nope")
+    assert result.code == 0
+    assert "no deliveries" in result.out
+
+
+def test_deliveries_show_pretty_prints_a_json_body(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "show", outbox.dead, "--database", str(outbox.path))
+    assert result.code == 0
+    assert _field(result.out, "id") == outbox.dead
+    assert _field(result.out, "state") == "dead"
+    assert _field(result.out, "last status") == "500"
+    assert _field(result.out, "config key") == outbox.config_key
+    assert "ago" in _field(result.out, "created")
+    assert "JSON" in _field(result.out, "body")
+    assert '  "statusUpdate": {' in result.out
+
+
+def test_deliveries_show_gives_the_length_of_a_non_json_body(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "show", outbox.pending, "--database", str(outbox.path))
+    assert result.code == 0
+    assert _field(result.out, "body") == "9 bytes, not JSON"
+    assert "due now" in _field(result.out, "next attempt")
+
+
+def test_deliveries_show_json(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    shown = json.loads(cli("deliveries", "show", outbox.dead, "--database", db, "--json").out)
+    assert shown["id"] == outbox.dead
+    assert shown["body"] == DEAD_BODY
+    pending = json.loads(cli("deliveries", "show", outbox.pending, "--database", db, "--json").out)
+    assert pending["body"] is None
+    assert pending["body_bytes"] == 9
+
+
+def test_deliveries_show_unknown_id_fails(cli: CLI, outbox: Outbox) -> None:
+    line = one_line_error(cli("deliveries", "show", "msg_nope", "--database", str(outbox.path)), 1)
+    assert "msg_nope" in line
+    assert "deliveries list" in line
+
+
+def test_deliveries_without_database_is_a_usage_error(cli: CLI) -> None:
+    line = one_line_error(cli("deliveries", "list"), 2)
+    assert "--database" in line
+    assert "A2A_PUSH_DATABASE" in line
+
+
+def test_deliveries_database_from_environment(
+    cli: CLI, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("A2A_PUSH_DATABASE", str(outbox.path))
+    result = cli("deliveries", "list", "--json")
+    assert result.code == 0
+    assert len(json.loads(result.out)) == 3
+
+
+def test_deliveries_accepts_a_sqlite_url(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "list", "--database", f"sqlite:///{outbox.path}", "--json")
+    assert result.code == 0
+    assert len(json.loads(result.out)) == 3
+
+
+def test_deliveries_missing_database_file_fails_without_creating_it(
+    cli: CLI, tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo.db"
+    line = one_line_error(cli("deliveries", "list", "--database", str(missing)), 1)
+    assert "does not exist" in line
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    ("database", "expected"),
+    [("memory://", "in-memory"), ("postgresql://db/x", "PostgreSQL"), ("ftp://x", "scheme")],
+)
+def test_deliveries_unusable_database_urls(cli: CLI, database: str, expected: str) -> None:
+    assert expected in one_line_error(cli("deliveries", "list", "--database", database), 2)
+
+
+def test_deliveries_not_a_database_fails(cli: CLI, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    assert "database" in one_line_error(cli("deliveries", "list", "--database", str(junk)), 1)
+
+
+def test_deliveries_of_an_encrypted_database_need_no_keys(cli: CLI, tmp_path: Path) -> None:
+    key = generate_key()
+    prepared = asyncio.run(_prepare(tmp_path / "enc.db", StoreOptions(encryption_keys=[key])))
+    db = str(prepared.path)
+    assert len(json.loads(cli("deliveries", "list", "--database", db, "--json").out)) == 3
+    assert cli("deliveries", "show", prepared.dead, "--database", db).code == 0
+    with_key = cli("deliveries", "list", "--database", db, "--encryption-key", key)
+    assert with_key.code == 0
+    assert key not in with_key.out + with_key.err
+
+
+def test_deliveries_encryption_keys_from_environment(
+    cli: CLI, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("A2A_PUSH_ENCRYPTION_KEYS", f"{generate_key()}, {generate_key()}")
+    assert cli("deliveries", "list", "--database", str(outbox.path)).code == 0
+
+
+def test_deliveries_bad_encryption_key_is_a_usage_error_and_not_echoed(
+    cli: CLI, outbox: Outbox
+) -> None:
+    bad = "not-a-fernet-key-" + "x" * 20
+    result = cli("deliveries", "list", "--database", str(outbox.path), "--encryption-key", bad)
+    line = one_line_error(result, 2)
+    assert "store generate-key" in line
+    assert bad not in line
+
+
+# ---- deliveries: replay --------------------------------------------------------------------
+
+
+def test_replay_by_id_moves_a_dead_delivery_back_to_pending(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    result = cli("deliveries", "replay", outbox.dead, "--database", db)
+    assert result.code == 0
+    assert "replayed 1 dead-lettered delivery;" in result.out
+    assert "notifier" in result.err  # says who sends them
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
+    pending = json.loads(
+        cli("deliveries", "list", "--database", db, "--state", "pending", "--json").out
+    )
+    replayed = next(d for d in pending if d["id"] == outbox.dead)
+    assert replayed["attempts"] == 0
+    assert replayed["last_status"] is None
+
+
+def test_replay_all_dead(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "replay", "--all-dead", "--database", str(outbox.path))
+    assert result.code == 0
+    assert "replayed 1 dead-lettered delivery;" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
+    assert state_of(outbox.path, outbox.delivered) is DeliveryState.DELIVERED
+
+
+def test_replay_all_dead_of_another_task_replays_nothing(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    result = cli("deliveries", "replay", "--all-dead", "--task", "task-2", "--database", db)
+    assert result.code == 0
+    assert "nothing to replay" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.DEAD
+
+
+def test_replay_by_time_window(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    old = ("--since", "2000-01-01T00:00:00Z", "--until", "2000-01-02T00:00:00Z")
+    assert "nothing to replay" in cli("deliveries", "replay", *old, "--database", db).out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.DEAD
+    now = ("--since", "2000-01-01T00:00:00+00:00", "--until", "2999-01-01T00:00:00Z")
+    result = cli("deliveries", "replay", *now, "--task", "task-1", "--database", db)
+    assert result.code == 0
+    assert "replayed 1 dead-lettered delivery;" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
+
+
+def test_replay_unknown_id_fails_and_replays_nothing(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    line = one_line_error(cli("deliveries", "replay", outbox.dead, "msg_nope", "--database", db), 1)
+    assert "msg_nope" in line
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.DEAD
+
+
+def test_replay_of_a_delivery_that_is_not_dead_fails(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "replay", outbox.delivered, "--database", str(outbox.path))
+    assert result.code == 1
+    assert "delivered, not dead" in result.err
+    assert "dead-lettered" in result.err.strip().splitlines()[-1]
+
+
+def test_replay_of_a_deleted_configs_delivery_fails(cli: CLI, outbox: Outbox) -> None:
+    async def delete() -> None:
+        async with SQLiteStore(outbox.path) as store:
+            assert await store.delete_config("task-1", "cfg-1", "alice")
+
+    asyncio.run(delete())
+    line = one_line_error(
+        cli("deliveries", "replay", "--all-dead", "--database", str(outbox.path)), 1
+    )
+    assert "disabled or deleted" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), "nothing chosen"),
+        (("msg_x", "--all-dead"), "not both"),
+        (("msg_x", "--task", "t"), "--task"),
+        (("--since", "yesterday"), "ISO 8601"),
+        (("--since", "2025-01-02T00:00:00Z", "--until", "2025-01-01T00:00:00Z"), "earlier"),
+    ],
+)
+def test_replay_usage_errors(
+    cli: CLI, outbox: Outbox, args: tuple[str, ...], expected: str
+) -> None:
+    line = one_line_error(cli("deliveries", "replay", *args, "--database", str(outbox.path)), 2)
+    assert expected in line
+
+
+# ---- send-test ---------------------------------------------------------------------------
+
+
+def test_send_test_delivers_a_verifiable_signed_webhook(
+    cli: CLI, sink: Sink, tmp_path: Path
+) -> None:
+    keys = str(tmp_path / "keys")
+    kid = _field(cli("keys", "generate", "--dir", keys).out, "active kid")
+    url = sink.url("/hook?secret=in-query")
+    result = cli(
+        "send-test",
+        url,
+        "--allow-loopback",
+        "--keys-dir",
+        keys,
+        "--token",
+        SECRET_TOKEN,
+        "--issuer",
+        "https://agent.example",
+    )
+    assert result.code == 0, result.err
+    assert " -> 200 in " in result.out
+    assert " ms" in result.out
+    assert f"kid {kid}" in result.out
+    assert _field(result.out, "token") == "(set)"
+    assert "in-query" not in result.out  # only the origin is shown
+
+    [received] = sink.sink.received
+    jwks = json.loads(cli("keys", "jwks", "--dir", keys).out)
+    jwt = received.header("X-A2A-Signature")
+    assert jwt is not None
+    claims = verify_webhook_jwt(
+        jwt, jwks=jwks, body=received.body, audience=url, issuer="https://agent.example"
+    )
+    assert claims["taskId"] == "test-task"
+    assert claims["jti"] == received.header("webhook-id")
+    assert _field(result.out, "webhook-id") == claims["jti"]
+    assert received.header("Authorization") == f"Bearer {jwt}"
+    assert received.header("X-A2A-Notification-Token") == SECRET_TOKEN
+    assert received.header("Content-Type") == "application/a2a+json"
+    assert received.header("A2A-Version") == "1.0"
+    update = json.loads(received.body)["statusUpdate"]
+    assert update["taskId"] == "test-task"
+    assert update["status"]["state"] == "TASK_STATE_WORKING"
+
+
+def test_send_test_refuses_loopback_unless_allowed(cli: CLI, sink: Sink) -> None:
+    line = one_line_error(cli("send-test", sink.url(), "--token", SECRET_TOKEN), 1)
+    assert "--allow-loopback" in line
+    assert "loopback" in line
+    assert sink.sink.received == []
+
+
+def test_send_test_refuses_private_addresses_naming_the_allow_flag(cli: CLI) -> None:
+    line = one_line_error(cli("send-test", "http://10.1.2.3/hook", "--allow-loopback"), 1)
+    assert "private" in line
+    assert "--allow" in line
+
+
+def test_send_test_allowlist_admits_the_address(cli: CLI, sink: Sink) -> None:
+    result = cli("send-test", sink.url(), "--allow", "127.0.0.1")
+    assert result.code == 0, result.err
+    assert "throwaway key" in result.err  # no --keys-dir
+    assert len(sink.sink.received) == 1
+
+
+def test_send_test_keys_dir_from_environment(
+    cli: CLI, sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = str(tmp_path / "keys")
+    kid = _field(cli("keys", "generate", "--dir", keys).out, "active kid")
+    monkeypatch.setenv("A2A_PUSH_KEYS_DIR", keys)
+    result = cli("send-test", sink.url(), "--allow-loopback")
+    assert result.code == 0
+    assert f"kid {kid}" in result.out
+    assert "throwaway" not in result.err
+
+
+def test_send_test_standard_webhooks_secret(cli: CLI, sink: Sink) -> None:
+    result = cli("send-test", sink.url(), "--allow-loopback", "--token", STDWH_SECRET)
+    assert result.code == 0
+    assert "Standard Webhooks" in _field(result.out, "token")
+    [received] = sink.sink.received
+    assert received.header("X-A2A-Notification-Token") is None
+    standard_webhooks.verify(
+        STDWH_SECRET,
+        msg_id=received.header("webhook-id") or "",
+        timestamp=received.header("webhook-timestamp") or "",
+        signature_header=received.header("webhook-signature") or "",
+        body=received.body,
+    )
+
+
+def test_send_test_reports_a_failing_endpoint(cli: CLI, sink: Sink) -> None:
+    sink.sink.set_default("/down", SinkResponse(503, body=b"maintenance"))
+    result = cli("send-test", sink.url("/down"), "--allow-loopback", "--token", SECRET_TOKEN)
+    assert result.code == 1
+    assert " -> 503 in " in result.out
+    assert "retry" in result.out
+    assert "maintenance" in result.out
+
+
+def test_send_test_reports_no_response(cli: CLI) -> None:
+    # Port 9 (discard): nothing listens there in the test environment.
+    line = one_line_error(cli("send-test", "http://127.0.0.1:9/hook", "--allow-loopback"), 1)
+    assert "no response" in line
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"), [("ftp://example.com/x", "scheme"), ("not a url", "URL")]
+)
+def test_send_test_bad_url_is_a_usage_error(cli: CLI, url: str, expected: str) -> None:
+    assert expected in one_line_error(cli("send-test", url), 2)
+
+
+def test_send_test_missing_keys_dir_fails(cli: CLI, sink: Sink, tmp_path: Path) -> None:
+    missing = str(tmp_path / "nokeys")
+    line = one_line_error(
+        cli("send-test", sink.url(), "--allow-loopback", "--keys-dir", missing), 1
+    )
+    assert "keys generate" in line
+    assert sink.sink.received == []
+
+
+def test_send_test_token_with_newline_is_refused(cli: CLI) -> None:
+    line = one_line_error(cli("send-test", "http://127.0.0.1:9/", "--token", "a\r\nb"), 2)
+    assert "--token" in line
