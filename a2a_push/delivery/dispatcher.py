@@ -164,12 +164,15 @@ class Dispatcher:
             if len(claimed) == min(free, opts.claim_batch):
                 continue  # there may be more due right now
             timeout = opts.poll_interval
-            try:
-                due = await self.store.next_due_at()
-            except Exception:
-                due = None
-            if due is not None:
-                timeout = max(0.0, min(timeout, due - time.time()))
+            if not claimed:
+                # Idle: sleep until the earliest scheduled retry (or a wake-up). While
+                # work is flowing, completions and publishes wake the loop anyway.
+                try:
+                    due = await self.store.next_due_at()
+                except Exception:
+                    due = None
+                if due is not None:
+                    timeout = max(0.0, min(timeout, due - time.time()))
             await self._sleep(timeout)
 
     async def _sleep(self, timeout: float) -> None:
