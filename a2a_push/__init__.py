@@ -1,1 +1,22 @@
 """a2a-push: durable, signed, retried, ordered A2A push notifications."""
+
+from .delivery.dispatcher import DispatcherOptions
+from .delivery.retry import RetryPolicy
+from .delivery.ssrf import AddressPolicy
+from .delivery.transport import Timeouts
+from .errors import A2APushError, InvalidConfigError, UnsafeURLError
+from .notifier import PublishResult, PushNotifier
+
+__all__ = [
+    "A2APushError",
+    "AddressPolicy",
+    "DispatcherOptions",
+    "InvalidConfigError",
+    "PublishResult",
+    "PushNotifier",
+    "RetryPolicy",
+    "Timeouts",
+    "UnsafeURLError",
+]
+
+__version__ = "0.1.0"
