@@ -6,6 +6,8 @@ collide; pass one registry to several components to expose them together.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import (
@@ -96,16 +98,30 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def metrics_handler(metrics: Metrics) -> Handler:
-    """An aiohttp handler serving ``metrics`` in the Prometheus text format."""
+def metrics_handler(
+    metrics: Metrics, before_scrape: Callable[[], Awaitable[None]] | None = None
+) -> Handler:
+    """An aiohttp handler serving ``metrics`` in the Prometheus text format.
+
+    ``before_scrape`` (e.g. ``notifier.refresh_metrics``) runs first, so gauges read
+    from the store (queue depth, oldest pending age) are current at each scrape.
+    """
 
     async def handler(request: web.Request) -> web.Response:
+        if before_scrape is not None:
+            await before_scrape()
         body = metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     return handler
 
 
-def add_metrics_route(app: web.Application, metrics: Metrics, path: str = "/metrics") -> None:
+def add_metrics_route(
+    app: web.Application,
+    metrics: Metrics,
+    path: str = "/metrics",
+    *,
+    before_scrape: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """Mount ``GET path`` on ``app``."""
-    app.router.add_get(path, metrics_handler(metrics))
+    app.router.add_get(path, metrics_handler(metrics, before_scrape))

@@ -9,6 +9,8 @@ async with notifier:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
 from .delivery.dispatcher import Dispatcher, DispatcherOptions
 from .delivery.health import EndpointHealth
 from .delivery.retry import RetryPolicy
@@ -24,7 +28,7 @@ from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts, Transport
 from .errors import InvalidConfigError
 from .ids import new_config_id, new_delivery_id, new_key
-from .metrics import Metrics
+from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
 from .protocol.types import (
     Artifact,
@@ -45,6 +49,8 @@ log = logging.getLogger("a2a_push.notifier")
 
 TaskProvider = Callable[[str], Awaitable[Task | None]]
 """Returns the current snapshot of a task (for the first notification to a new config)."""
+
+JWKS_PATH = "/.well-known/jwks.json"
 
 TRUNCATED_FLAG = "a2a-push/truncated"
 """Metadata key set on an event sent slimmed because it exceeded the payload limit."""
@@ -80,6 +86,7 @@ class PushNotifier:
         task_provider: TaskProvider | None = None,
         resolve_on_register: bool = True,
         run_dispatcher: bool = True,
+        key_reload_interval: float = 30.0,
     ) -> None:
         self.store = store
         self.issuer = issuer
@@ -110,6 +117,8 @@ class PushNotifier:
             options=dispatcher,
         )
         self._run_dispatcher = run_dispatcher
+        self._key_reload_interval = key_reload_interval
+        self._key_watcher: asyncio.Task[None] | None = None
         self._started = False
 
     @classmethod
@@ -140,6 +149,8 @@ class PushNotifier:
             await self.transport.start()
         if self._run_dispatcher:
             self.dispatcher.start()
+        if self.keyset.directory is not None and self._key_reload_interval > 0:
+            self._key_watcher = asyncio.create_task(self._watch_keys(), name="a2a-push-keys")
         self._started = True
 
     async def stop(self) -> None:
@@ -147,10 +158,25 @@ class PushNotifier:
         if not self._started:
             return
         self._started = False
+        if self._key_watcher is not None:
+            self._key_watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._key_watcher
+            self._key_watcher = None
         await self.dispatcher.stop()
         if self._owns_transport:
             await self.transport.close()
         await self.store.close()
+
+    async def _watch_keys(self) -> None:
+        """Sign with keys rotated by another process (``a2a-push keys rotate``)."""
+        while True:
+            await asyncio.sleep(self._key_reload_interval)
+            try:
+                if self.keyset.reload():
+                    log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
+            except Exception:
+                log.exception("reloading the signing keys failed; still using the old set")
 
     async def __aenter__(self) -> PushNotifier:
         await self.start()
@@ -289,6 +315,16 @@ class PushNotifier:
         if count:
             self.dispatcher.wake()
         return count
+
+    def add_routes(self, app: web.Application, *, metrics_path: str | None = "/metrics") -> None:
+        """Mount ``GET /.well-known/jwks.json`` and (unless None) ``GET metrics_path``."""
+
+        async def jwks(request: web.Request) -> web.Response:
+            return web.json_response(self.jwks(), headers={"Cache-Control": "max-age=300"})
+
+        app.router.add_get(JWKS_PATH, jwks)
+        if metrics_path is not None:
+            add_metrics_route(app, self.metrics, metrics_path, before_scrape=self.refresh_metrics)
 
     async def refresh_metrics(self) -> None:
         """Update the queue gauges from the store (call before a scrape, or periodically)."""

@@ -18,7 +18,6 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
 from a2a_push.errors import InvalidConfigError, TooManyConfigsError, UnsafeURLError
-from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier
 from a2a_push.protocol.types import (
     Artifact,
@@ -611,11 +610,12 @@ async def test_metrics_route(
     await n.publish("t1", status("t1", TaskState.WORKING))
     await sink.wait_for(1)
     await wait_until(lambda: _stats_delivered(n))
-    await n.refresh_metrics()
     app = web.Application()
-    add_metrics_route(app, n.metrics)
+    n.add_routes(app)
     client = await aiohttp_client(app)
-    text = await (await client.get("/metrics")).text()
+    text = await (await client.get("/metrics")).text()  # gauges refreshed at scrape time
+    jwks = await (await client.get("/.well-known/jwks.json")).json()
+    assert jwks == n.jwks() and jwks["keys"][0]["kty"] == "EC"
     assert 'a2a_push_deliveries_total{outcome="delivered"} 1.0' in text
     assert 'a2a_push_attempts_total{result="2xx"} 1.0' in text
     assert "a2a_push_queue_depth 0.0" in text

@@ -326,3 +326,22 @@ def test_missing_metadata_with_key_files_present_is_not_silently_replaced(tmp_pa
     (tmp_path / "keys.json").unlink()
     with pytest.raises(KeyStoreError, match=f"{keyset.active.kid}.pem"):
         KeySet.load_or_create(tmp_path)
+
+
+def test_reload_picks_up_another_processs_rotation(tmp_path: Path) -> None:
+    here = KeySet.load_or_create(tmp_path / "keys")
+    there = KeySet.load_or_create(tmp_path / "keys")
+    assert here.reload() is False  # nothing changed: one stat
+    new = there.rotate()
+    assert here.reload() is True
+    assert here.active.kid == new.kid
+
+
+def test_a_stale_view_never_overwrites_a_rotation(tmp_path: Path) -> None:
+    a = KeySet.load_or_create(tmp_path / "keys")
+    b = KeySet.load_or_create(tmp_path / "keys")
+    first = a.rotate()
+    second = b.rotate()  # b had not seen a's rotation; it must build on it
+    fresh = KeySet.load_or_create(tmp_path / "keys")
+    assert fresh.active.kid == second.kid
+    assert first.kid in {k["kid"] for k in fresh.jwks()["keys"]}

@@ -218,6 +218,7 @@ class KeySet:
         self._active = active[0]
         self.grace_period = grace_period
         self.directory = directory
+        self._seen_version: int | None = None  # metadata mtime as last read or written
 
     @property
     def active(self) -> SigningKey:
@@ -240,29 +241,60 @@ class KeySet:
                 return key if self._in_grace(key, at) else None
         return None
 
+    def reload(self) -> bool:
+        """Pick up changes another process made to the persisted set (``a2a-push keys
+        rotate``): True if the set changed. Cheap when nothing changed (one stat)."""
+        if self.directory is None:
+            return False
+        if _metadata_version(self.directory) == self._seen_version:
+            return False
+        with _locked(self.directory):
+            self._adopt(_load(self.directory, self.grace_period))
+        return True
+
+    def _adopt(self, other: KeySet) -> None:
+        self._keys, self._active = other._keys, other._active
+        self._seen_version = other._seen_version
+
+    def _refresh_locked(self) -> None:
+        # Under the directory lock: start from what is on disk, so a stale in-memory view
+        # never overwrites another process's rotation.
+        assert self.directory is not None
+        if _metadata_version(self.directory) != self._seen_version:
+            self._adopt(_load(self.directory, self.grace_period))
+
     def rotate(self, alg: Algorithm | None = None, now: float | None = None) -> SigningKey:
         """Make a new key active at once and retire the previous one (published for the grace).
 
         ``alg`` defaults to the current active key's algorithm. Returns the new key.
         """
         at = time.time() if now is None else now
-        new_key = SigningKey.generate(alg or self._active.alg)
-        new_key.created_at = at
-        previous = self._active
-        previous.retired_at = at
-        self._keys.append(new_key)
-        self._active = new_key
         if self.directory is not None:
-            try:
-                with _locked(self.directory):
+            with _locked(self.directory):
+                self._refresh_locked()
+                new_key = self._rotate_in_memory(alg, at)
+                try:
                     _write_key_file(self.directory, new_key)
                     _write_metadata(self.directory, self)
-            except BaseException:
-                self._keys.remove(new_key)
-                self._active = previous
-                previous.retired_at = None
-                raise
+                except BaseException:
+                    self._undo_rotation(new_key)
+                    raise
+            return new_key
+        return self._rotate_in_memory(alg, at)
+
+    def _rotate_in_memory(self, alg: Algorithm | None, at: float) -> SigningKey:
+        new_key = SigningKey.generate(alg or self._active.alg)
+        new_key.created_at = at
+        self._active.retired_at = at
+        self._keys.append(new_key)
+        self._active = new_key
         return new_key
+
+    def _undo_rotation(self, new_key: SigningKey) -> None:
+        self._keys.remove(new_key)
+        previous = max(self._keys, key=lambda k: k.retired_at or 0.0)
+        previous.retired_at = None
+        self._active = previous
 
     def jwks(self, now: float | None = None) -> dict[str, Any]:
         """The public JWK Set: the active key first, then retired keys still inside their grace."""
@@ -276,17 +308,21 @@ class KeySet:
     def prune(self, now: float | None = None) -> list[str]:
         """Drop retired keys past their grace period (and their files); return their kids."""
         at = time.time() if now is None else now
-        expired = [key for key in self._keys if not self._in_grace(key, at)]
-        if not expired:
-            return []
-        self._keys = [key for key in self._keys if key not in expired]
-        if self.directory is not None:
-            with _locked(self.directory):
-                # Metadata first: a crash then leaves an orphan PEM, never a dangling entry.
-                _write_metadata(self.directory, self)
-                for key in expired:
-                    with contextlib.suppress(FileNotFoundError):
-                        (self.directory / _key_file_name(key)).unlink()
+        if self.directory is None:
+            expired = [key for key in self._keys if not self._in_grace(key, at)]
+            self._keys = [key for key in self._keys if key not in expired]
+            return [key.kid for key in expired]
+        with _locked(self.directory):
+            self._refresh_locked()
+            expired = [key for key in self._keys if not self._in_grace(key, at)]
+            if not expired:
+                return []
+            self._keys = [key for key in self._keys if key not in expired]
+            # Metadata first: a crash then leaves an orphan PEM, never a dangling entry.
+            _write_metadata(self.directory, self)
+            for key in expired:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.directory / _key_file_name(key)).unlink()
         return [key.kid for key in expired]
 
     @classmethod
@@ -403,6 +439,15 @@ def _write_metadata(directory: Path, keyset: KeySet) -> None:
     }
     data = json.dumps(document, indent=2).encode("utf-8") + b"\n"
     _write_atomic(directory / METADATA_FILE, data)
+    keyset._seen_version = _metadata_version(directory)
+
+
+def _metadata_version(directory: Path) -> int | None:
+    try:
+        st = (directory / METADATA_FILE).stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns ^ st.st_ino ^ st.st_size
 
 
 def _load(directory: Path, grace_period: float) -> KeySet:
@@ -425,6 +470,7 @@ def _load(directory: Path, grace_period: float) -> KeySet:
             f"'active' is {active_kid!r} but the unretired key is {keyset.active.kid}; {advice}",
             metadata_path,
         )
+    keyset._seen_version = _metadata_version(directory)
     return keyset
 
 
