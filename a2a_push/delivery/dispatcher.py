@@ -189,8 +189,6 @@ class Dispatcher:
     # ---- one delivery ------------------------------------------------------------------
 
     async def _deliver(self, delivery: Delivery) -> None:
-        endpoint: str | None = None
-        counted = False
         current = delivery
         try:
             config = delivery.config
@@ -198,20 +196,16 @@ class Dispatcher:
                 await self._drop_unsendable(delivery)
                 return
             endpoint = endpoint_of(config.url)
-            now = time.time()
-            retry_at = self.health.admit(endpoint, now)
-            if retry_at is None and not await self._endpoint_slot(endpoint):
-                retry_at = time.time() + self.options.endpoint_busy_delay
+            retry_at = self.health.admit(endpoint, time.time())
             if retry_at is not None:
                 await self._defer(delivery, retry_at)
                 return
-            counted = True
             while True:
                 nxt = await self._attempt_and_record(current, config, endpoint)
                 if nxt is None:
                     break
-                # The lane's next event was due and is leased to us: send it on the same
-                # endpoint slot, without a claim round.
+                # The lane's next event was due and is leased to us: send it now, without
+                # a claim round.
                 task = self._in_flight.pop(current.id)
                 self._in_flight[nxt.id] = task
                 current = nxt
@@ -234,13 +228,6 @@ class Dispatcher:
                     error=f"internal error: {type(exc).__name__}",
                 )
         finally:
-            if counted and endpoint is not None:
-                self._per_endpoint[endpoint] -= 1
-                if self._per_endpoint[endpoint] <= 0:
-                    del self._per_endpoint[endpoint]
-                slot_freed = self._endpoint_freed.get(endpoint)
-                if slot_freed is not None:
-                    slot_freed.set()
             self._in_flight.pop(current.id, None)
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot_freed.set()
@@ -261,6 +248,14 @@ class Dispatcher:
         cap = self.options.per_endpoint
         busy = {e for e, n in self._per_endpoint.items() if n + self._waiting[e] >= cap}
         return busy | self.health.open_endpoints()
+
+    def _release_endpoint_slot(self, endpoint: str) -> None:
+        self._per_endpoint[endpoint] -= 1
+        if self._per_endpoint[endpoint] <= 0:
+            del self._per_endpoint[endpoint]
+        slot_freed = self._endpoint_freed.get(endpoint)
+        if slot_freed is not None:
+            slot_freed.set()
 
     async def _endpoint_slot(self, endpoint: str) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
@@ -301,15 +296,25 @@ class Dispatcher:
         first_round = delivery.rounds == 0
 
         async def attempt() -> HTTPResult:
+            # An endpoint slot is held only for the HTTP exchange itself, not while the
+            # outcome is written: the next request to the endpoint need not wait for it.
             nonlocal attempts
-            attempts += 1
-            return await self._post(delivery, config)
+            if not await self._endpoint_slot(endpoint):
+                raise _EndpointBusy
+            try:
+                attempts += 1
+                return await self._post(delivery, config)
+            finally:
+                self._release_endpoint_slot(endpoint)
 
         result: HTTPResult | BaseException
         try:
             result = await attempt()
         except A2APushError as exc:
             result = exc
+        except _EndpointBusy:
+            await self._defer(delivery, time.time() + self.options.endpoint_busy_delay)
+            return None
         if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
             # Only now pay for tenacity's loop; it sees the first outcome as its first try.
             first: list[HTTPResult | BaseException] = [result]
@@ -326,6 +331,9 @@ class Dispatcher:
                 result = await self.retry.quick(first_round=True)(again)
             except A2APushError as exc:
                 result = exc
+            except _EndpointBusy:
+                # Retry later through the outbox, as after the quick attempts.
+                result = first[0] if first else result
         verdict = classify(result)
         now = time.time()
         status = result.status if isinstance(result, HTTPResult) else None
@@ -478,6 +486,10 @@ class Dispatcher:
             )
         await self.store.complete([outcome])
         return None
+
+
+class _EndpointBusy(Exception):
+    """The endpoint's in-flight cap and its waiting queue are both full."""
 
 
 def _describe(result: HTTPResult | BaseException) -> str:
