@@ -14,6 +14,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from ..errors import SecretDecryptionError
 
 _PLAIN = "p:"
+_CACHE_SIZE = 4096
 _FERNET = "f:"
 
 
@@ -27,6 +28,9 @@ class SecretBox:
 
     def __init__(self, keys: Sequence[str] | None) -> None:
         self._fernet: MultiFernet | None = None
+        # Every claim reads its config's secrets: remember what was opened (by sealed
+        # value, so a changed or re-encrypted row is opened afresh).
+        self._opened: dict[str, tuple[str | None, str | None]] = {}
         if keys:
             try:
                 self._fernet = MultiFernet([Fernet(k.encode("ascii")) for k in keys])
@@ -52,6 +56,16 @@ class SecretBox:
     def open(self, sealed: str | None) -> tuple[str | None, str | None]:
         if sealed is None:
             return None, None
+        cached = self._opened.get(sealed)
+        if cached is not None:
+            return cached
+        opened = self._open(sealed)
+        if len(self._opened) >= _CACHE_SIZE:
+            self._opened.clear()
+        self._opened[sealed] = opened
+        return opened
+
+    def _open(self, sealed: str) -> tuple[str | None, str | None]:
         if sealed.startswith(_FERNET):
             if self._fernet is None:
                 raise SecretDecryptionError(

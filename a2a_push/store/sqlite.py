@@ -237,7 +237,9 @@ class SQLiteStore(Store):
         )
 
     @staticmethod
-    def _delivery_from_row(row: Any) -> Delivery:
+    def _delivery_from_row(
+        row: Any, config: StoredConfig | None = None, config_error: str | None = None
+    ) -> Delivery:
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
@@ -253,20 +255,19 @@ class SQLiteStore(Store):
             updated_at=row["updated_at"],
             last_status=row["last_status"],
             last_error=row["last_error"],
+            config=config,
+            config_error=config_error,
         )
 
     def _claimed_from_row(self, row: Any) -> Delivery:
         """A delivery row joined with its config (``c_`` columns), as claims return it."""
-        delivery = self._delivery_from_row(row)
         config, config_error = None, None
         if row["c_key"] is not None:
             try:
                 config = self._config_from_row(row, prefix="c_")
             except SecretDecryptionError as exc:
                 config_error = str(exc)
-        return Delivery(
-            **{**_delivery_fields(delivery), "config": config, "config_error": config_error}
-        )
+        return self._delivery_from_row(row, config, config_error)
 
     # ---- configs ---------------------------------------------------------------------
 
@@ -450,14 +451,11 @@ class SQLiteStore(Store):
     ) -> Delivery | None:
         def op(conn: sqlite3.Connection) -> Delivery | None:
             at = time.time() if now is None else now
-            _apply_outcome(conn, outcome, at)
-            leased = conn.execute(
-                _Q["lease_lane_if_due"],
-                (at + lease_seconds, worker_id, outcome.config_key, outcome.task_id, at),
-            ).fetchone()
-            if leased is None:
+            lease = (at, at + lease_seconds, worker_id)
+            head_id = _apply_outcome(conn, outcome, at, lease_next=lease)
+            if head_id is None:
                 return None
-            row = conn.execute(_Q["delivery_with_config"], (leased["head_id"],)).fetchone()
+            row = conn.execute(_Q["delivery_with_config"], (head_id,)).fetchone()
             return self._claimed_from_row(row)
 
         return await self._write(op, sync=False)
@@ -539,7 +537,16 @@ class SQLiteStore(Store):
 # ---- helpers run on the writer thread ---------------------------------------------------
 
 
-def _apply_outcome(conn: sqlite3.Connection, o: Outcome, at: float) -> None:
+def _apply_outcome(
+    conn: sqlite3.Connection,
+    o: Outcome,
+    at: float,
+    *,
+    lease_next: tuple[float, float, str] | None = None,
+) -> str | None:
+    """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
+    next delivery if it is due now and return its id."""
+    leased: str | None = None
     if o.kind == "defer":
         assert o.next_attempt_at is not None
         changed = conn.execute(
@@ -557,30 +564,50 @@ def _apply_outcome(conn: sqlite3.Connection, o: Outcome, at: float) -> None:
             _Q["finish_delivery"], (state, o.attempts, o.status, o.error, at, o.delivery_id)
         ).rowcount
     if changed:
-        _advance_lane(conn, o.config_key, o.task_id)
+        if lease_next is not None and o.disable_config is None and o.kind != "defer":
+            leased = _advance_lane(conn, o.config_key, o.task_id, lease_next=lease_next)
+        else:
+            _advance_lane(conn, o.config_key, o.task_id)
     if o.config_failing_since is not None:
         conn.execute(_Q["set_config_failing_since"], (o.config_failing_since, o.config_key))
     if o.clear_config_failing:
         conn.execute(_Q["clear_config_failing"], (o.config_key,))
     if o.disable_config is not None:
         _set_enabled(conn, o.config_key, False, o.disable_config, at)
+    return leased
 
 
 def _advance_lane(
-    conn: sqlite3.Connection, config_key: str, task_id: str, *, keep_lease: bool = False
-) -> None:
-    """Point the lane at its lowest-seq pending delivery, or drop it when empty."""
+    conn: sqlite3.Connection,
+    config_key: str,
+    task_id: str,
+    *,
+    keep_lease: bool = False,
+    lease_next: tuple[float, float, str] | None = None,
+) -> str | None:
+    """Point the lane at its lowest-seq pending delivery, or drop it when empty.
+
+    With ``lease_next`` = (now, lease until, worker) and that delivery due now, lease the
+    lane to the worker in the same statement and return the delivery's id.
+    """
     head = conn.execute(_Q["lane_head"], (config_key, task_id)).fetchone()
     if head is None:
         conn.execute(_Q["delete_lane"], (config_key, task_id))
-        return
+        return None
+    if lease_next is not None and head["next_attempt_at"] <= lease_next[0]:
+        _, until, worker = lease_next
+        if conn.execute(
+            _Q["lease_lane_head"], (head["id"], until, worker, config_key, task_id)
+        ).rowcount:
+            return str(head["id"])
     if keep_lease:
         lane = conn.execute(_Q["lane_lease"], (config_key, task_id)).fetchone()
         if lane is not None and lane["lease_owner"] is not None:
             # In flight: the worker's outcome will advance the lane; just fix the head.
             conn.execute(_Q["set_lane_head_only"], (head["id"], config_key, task_id))
-            return
+            return None
     conn.execute(_Q["set_lane_head"], (config_key, task_id, head["id"], head["next_attempt_at"]))
+    return None
 
 
 def _set_enabled(
@@ -616,10 +643,6 @@ def _config_params(config: StoredConfig, sealed: str | None) -> dict[str, Any]:
         "failing_since": config.failing_since,
         "created_at": config.created_at,
     }
-
-
-def _delivery_fields(d: Delivery) -> dict[str, Any]:
-    return {name: getattr(d, name) for name in Delivery.__slots__}
 
 
 def _split_statements(script: str) -> list[str]:

@@ -106,10 +106,8 @@ SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts
 FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
 WHERE d.id = ?;
 
--- name: lease_lane_if_due
-UPDATE lanes SET due_at = ?, lease_owner = ?
-WHERE config_key = ? AND task_id = ? AND lease_owner IS NULL AND due_at <= ?
-RETURNING head_id;
+-- name: lease_lane_head
+UPDATE lanes SET head_id = ?, due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
 
 -- name: lease_lane
 UPDATE lanes SET due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
