@@ -371,7 +371,7 @@ class SQLiteStore(Store):
             at = time.time() if now is None else now
             targets = [
                 (row["key"], row["protocol_version"], row["endpoint"])
-                for row in conn.execute(_Q["enabled_task_configs"], (task_id,))
+                for row in conn.execute(_Q["enqueue_targets"], (task_id,))
                 if only_config_key is None or row["key"] == only_config_key
             ]
             if not targets:

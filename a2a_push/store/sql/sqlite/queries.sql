@@ -28,6 +28,9 @@ SELECT * FROM configs WHERE key = ?;
 -- name: configs_page
 SELECT * FROM configs WHERE task_id = ? AND owner = ? AND id > ? ORDER BY id LIMIT ?;
 
+-- name: enqueue_targets
+SELECT key, protocol_version, endpoint FROM configs WHERE task_id = ? AND enabled = 1;
+
 -- name: enabled_task_configs
 SELECT * FROM configs WHERE task_id = ? AND enabled = 1;
 
