@@ -552,7 +552,10 @@ def _cmd_keys_rotate(args: argparse.Namespace) -> int:
     until = (previous.retired_at or time.time()) + grace
     print(f"new active kid: {new.kid} ({new.alg})")
     print(f"retired kid: {previous.kid} ({previous.alg}), published until {_utc(until)}")
-    _note("running notifiers and gateways sign with the new key after a restart")
+    _note(
+        "running notifiers with their keys in this directory switch to the new key within "
+        "their key_reload_interval (30 s by default)"
+    )
     return 0
 
 

@@ -43,6 +43,7 @@ from .protocol.types import (
 )
 from .protocol.v03 import artifact_update_to_v03, status_update_to_v03, task_to_v03
 from .signing import KeySet, WebhookSigner
+from .signing import standard_webhooks as stdwh
 from .store import Delivery, DeliveryFilter, DeliveryState, Store, StoredConfig, open_store
 
 log = logging.getLogger("a2a_push.notifier")
@@ -253,6 +254,8 @@ class PushNotifier:
         if protocol_version not in (VERSION_1_0, VERSION_0_3):
             raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
         self.address_policy.validate_url(config.url)
+        if config.token and stdwh.is_standard_webhooks_secret(config.token):
+            stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
         auth = config.authentication

@@ -653,3 +653,12 @@ def test_v10_body_is_exactly_the_stream_response() -> None:
         body = _render_v10(event, 1 << 20)
         assert body == StreamResponse.wrap(event).to_json_bytes()
         assert StreamResponse.model_validate_json(body).event == event
+
+
+async def test_a_malformed_whsec_secret_is_refused_at_registration(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    with pytest.raises(InvalidConfigError) as err:
+        await n.register_config(hook(sink, token="whsec_not*base64!"), owner="o", task_id="t1")
+    assert err.value.field == "token"

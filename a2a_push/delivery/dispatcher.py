@@ -37,7 +37,8 @@ class DispatcherOptions:
     claim_batch: int = 64
     lease_seconds: float = 120.0
     poll_interval: float = 1.0
-    drain_timeout: float = 10.0
+    # Longer than a request's total timeout, so a graceful stop never cuts one short.
+    drain_timeout: float = 20.0
     # A config whose deliveries have failed without a success for this long is disabled.
     disable_after: float = 5 * 24 * 3600.0
     # How long to push back work for an endpoint that is at its in-flight cap.
@@ -363,6 +364,10 @@ class Dispatcher:
             )
             self.metrics.configs_disabled.labels("gone").inc()
         elif verdict is Verdict.DEAD:
+            if status is not None:
+                self.health.record_success(endpoint)  # it answered: reachable, just refusing
+            else:
+                self.health.record_failure(endpoint, now)
             await self._finish(delivery, "dead", attempts, status=status, error=error)
         else:
             self.health.record_failure(endpoint, now)

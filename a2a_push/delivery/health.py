@@ -27,7 +27,7 @@ class _Endpoint:
     failures: int = 0
     open_until: float = 0.0
     trips: int = 0
-    probing: bool = False
+    probing_since: float | None = None
 
 
 class EndpointHealth:
@@ -39,12 +39,14 @@ class EndpointHealth:
         failure_threshold: int = 5,
         cool_down: float = 10.0,
         max_cool_down: float = 600.0,
+        probe_timeout: float = 60.0,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1")
         self.failure_threshold = failure_threshold
         self.cool_down = cool_down
         self.max_cool_down = max_cool_down
+        self.probe_timeout = probe_timeout
         self._endpoints: dict[str, _Endpoint] = {}
 
     def admit(self, endpoint: str, now: float | None = None) -> float | None:
@@ -55,10 +57,11 @@ class EndpointHealth:
         now = time.time() if now is None else now
         if now < e.open_until:
             return e.open_until
-        if e.probing:
-            # One probe at a time; the rest wait for its verdict.
+        if e.probing_since is not None and now - e.probing_since < self.probe_timeout:
+            # One probe at a time; the rest wait for its verdict (or for it to be lost:
+            # a probe that was deferred or cancelled never reports back).
             return now + min(self.cool_down, 5.0)
-        e.probing = True
+        e.probing_since = now
         return None
 
     def record_success(self, endpoint: str) -> None:
@@ -68,7 +71,7 @@ class EndpointHealth:
         now = time.time() if now is None else now
         e = self._endpoints.setdefault(endpoint, _Endpoint())
         e.failures += 1
-        e.probing = False
+        e.probing_since = None
         if e.failures >= self.failure_threshold:
             e.trips += 1
             e.open_until = now + min(self.cool_down * 2 ** (e.trips - 1), self.max_cool_down)

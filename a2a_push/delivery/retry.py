@@ -30,7 +30,7 @@ from tenacity.wait import wait_base
 from .transport import HTTPResult, TransportError
 
 # Statuses worth trying again (RFC 9110 and common practice).
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+RETRYABLE_STATUSES = frozenset({408, 425, 429}) | frozenset(range(500, 600))
 
 DEFAULT_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 """Seconds before each durable retry: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h (≈ 28 h in all)."""

@@ -38,9 +38,9 @@ class StoredConfig:
     task_id: str
     owner: str
     url: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # secrets stay out of logs
     auth_scheme: str | None = None
-    auth_credentials: str | None = None
+    auth_credentials: str | None = field(default=None, repr=False)
     tenant: str | None = None
     protocol_version: str = VERSION_1_0
     enabled: bool = True
@@ -61,7 +61,7 @@ class Delivery:
     task_id: str
     seq: int
     kind: str
-    body: bytes
+    body: bytes = field(repr=False)
     state: DeliveryState
     attempts: int
     next_attempt_at: float

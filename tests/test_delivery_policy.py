@@ -1,0 +1,102 @@
+"""Retry classification, breakers and redaction: small pure pieces, tested directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from a2a_push.delivery.health import BreakerState, EndpointHealth
+from a2a_push.delivery.retry import RetryPolicy, Verdict, classify, parse_retry_after
+from a2a_push.delivery.transport import AddressRefused, ConnectError, HTTPResult, RequestTimeout
+from a2a_push.store import StoredConfig
+
+
+def result(status: int, **headers: str) -> HTTPResult:
+    return HTTPResult(status=status, headers=headers, body=b"", elapsed=0.01)
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 501, 502, 503, 504, 599])
+def test_retryable_statuses(status: int) -> None:
+    assert classify(result(status)) is Verdict.RETRY
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 400, 401, 403, 404, 409, 422])
+def test_permanent_failures(status: int) -> None:
+    assert classify(result(status)) is Verdict.DEAD
+
+
+def test_gone_and_success() -> None:
+    assert classify(result(410)) is Verdict.GONE
+    assert classify(result(204)) is Verdict.DELIVERED
+
+
+def test_transport_errors() -> None:
+    assert classify(ConnectError("refused")) is Verdict.RETRY
+    assert classify(RequestTimeout("slow")) is Verdict.RETRY
+    assert classify(AddressRefused("private")) is Verdict.DEAD
+
+
+def test_retry_after_forms() -> None:
+    assert parse_retry_after({"Retry-After": "7"}) == 7
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470) == 10
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({}) is None
+
+
+def test_default_schedule_reads_like_the_design() -> None:
+    policy = RetryPolicy()
+    assert policy.describe() == "5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h"
+    for rounds, base in enumerate(policy.schedule):
+        delay = policy.durable_delay(rounds)
+        assert delay is not None and base * 0.8 <= delay <= base * 1.2
+    assert policy.durable_delay(len(policy.schedule)) is None  # exhausted: dead-letter
+    assert policy.durable_delay(0, retry_after=99999) == policy.retry_after_bounds[1]
+    assert policy.durable_delay(0, retry_after=0) == policy.retry_after_bounds[0]
+
+
+def test_breaker_opens_probes_and_closes() -> None:
+    h = EndpointHealth(failure_threshold=2, cool_down=10, probe_timeout=30)
+    e = "http://x:80"
+    h.record_failure(e, now=0)
+    assert h.admit(e, now=0) is None  # below the threshold
+    h.record_failure(e, now=0)
+    assert h.state(e, now=1) is BreakerState.OPEN
+    assert h.admit(e, now=1) == 10
+    assert e in h.open_endpoints(now=1)
+    assert h.admit(e, now=10) is None  # the probe
+    assert h.admit(e, now=11) is not None  # one probe at a time
+    h.record_success(e)
+    assert h.state(e, now=12) is BreakerState.CLOSED and h.admit(e, now=12) is None
+
+
+def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
+    h = EndpointHealth(failure_threshold=1, cool_down=10, probe_timeout=30)
+    e = "http://x:80"
+    h.record_failure(e, now=0)
+    assert h.admit(e, now=10) is None  # probe sent, never reports back
+    assert h.admit(e, now=20) is not None
+    assert h.admit(e, now=41) is None  # a new probe after probe_timeout
+
+
+def test_failed_probe_reopens_with_a_longer_cool_down() -> None:
+    h = EndpointHealth(failure_threshold=1, cool_down=10, max_cool_down=25)
+    e = "http://x:80"
+    h.record_failure(e, now=0)
+    assert h.admit(e, now=10) is None
+    h.record_failure(e, now=10)
+    assert h.admit(e, now=11) == 30  # 20 s now
+    h.record_failure(e, now=30)
+    assert h.admit(e, now=31) == 55  # capped at 25 s
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    c = StoredConfig(
+        key="k",
+        id="c",
+        task_id="t",
+        owner="o",
+        url="https://x/h",
+        token="tok-SECRET",
+        auth_scheme="Bearer",
+        auth_credentials="cred-SECRET",
+    )
+    assert "SECRET" not in repr(c) and "SECRET" not in str(c)
