@@ -5,7 +5,7 @@ from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts
 from .errors import A2APushError, InvalidConfigError, UnsafeURLError
-from .notifier import PublishResult, PushNotifier
+from .notifier import PublishResult, PushNotifier, Retention
 
 __all__ = [
     "A2APushError",
@@ -14,6 +14,7 @@ __all__ = [
     "InvalidConfigError",
     "PublishResult",
     "PushNotifier",
+    "Retention",
     "RetryPolicy",
     "Timeouts",
     "UnsafeURLError",

@@ -61,6 +61,18 @@ _TRUNCATED_NOTE = "(content left out: over the webhook size limit; fetch the tas
 
 
 @dataclass(frozen=True)
+class Retention:
+    """How long finished deliveries are kept (seconds; None keeps them for ever).
+
+    Dead letters are kept longer than delivered ones: they are what you replay.
+    """
+
+    delivered: float | None = 7 * 24 * 3600.0
+    dead: float | None = 30 * 24 * 3600.0
+    interval: float = 3600.0  # how often to purge; 0 turns the background purge off
+
+
+@dataclass(frozen=True)
 class PublishResult:
     seq: int
     delivery_ids: list[str]
@@ -88,6 +100,7 @@ class PushNotifier:
         resolve_on_register: bool = True,
         run_dispatcher: bool = True,
         key_reload_interval: float = 30.0,
+        retention: Retention | None = None,
     ) -> None:
         self.store = store
         self.issuer = issuer
@@ -120,6 +133,8 @@ class PushNotifier:
         self._run_dispatcher = run_dispatcher
         self._key_reload_interval = key_reload_interval
         self._key_watcher: asyncio.Task[None] | None = None
+        self.retention = retention if retention is not None else Retention()
+        self._janitor: asyncio.Task[None] | None = None
         self._started = False
 
     @classmethod
@@ -150,6 +165,8 @@ class PushNotifier:
             await self.transport.start()
         if self._run_dispatcher:
             self.dispatcher.start()
+        if self.retention.interval > 0:
+            self._janitor = asyncio.create_task(self._purge_old(), name="a2a-push-retention")
         if self.keyset.directory is not None and self._key_reload_interval > 0:
             self._key_watcher = asyncio.create_task(self._watch_keys(), name="a2a-push-keys")
         self._started = True
@@ -159,15 +176,43 @@ class PushNotifier:
         if not self._started:
             return
         self._started = False
-        if self._key_watcher is not None:
-            self._key_watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._key_watcher
-            self._key_watcher = None
+        for background in (self._key_watcher, self._janitor):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
+        self._key_watcher = self._janitor = None
         await self.dispatcher.stop()
         if self._owns_transport:
             await self.transport.close()
         await self.store.close()
+
+    async def purge_old_deliveries(self, now: float | None = None) -> int:
+        """Delete delivered and dead deliveries older than the retention; returns how many."""
+        now = time.time() if now is None else now
+        total = 0
+        for state, keep in (
+            (DeliveryState.DELIVERED, self.retention.delivered),
+            (DeliveryState.DEAD, self.retention.dead),
+        ):
+            if keep is None:
+                continue
+            while True:  # in small batches, so publishes are never held up for long
+                n = await self.store.purge(state, updated_before=now - keep, limit=1000)
+                total += n
+                if n < 1000:
+                    break
+        return total
+
+    async def _purge_old(self) -> None:
+        while True:
+            try:
+                purged = await self.purge_old_deliveries()
+                if purged:
+                    log.info("retention: purged %d old deliveries", purged)
+            except Exception:
+                log.exception("purging old deliveries failed; will try again")
+            await asyncio.sleep(self.retention.interval)
 
     async def _watch_keys(self) -> None:
         """Sign with keys rotated by another process (``a2a-push keys rotate``)."""

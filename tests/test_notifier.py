@@ -662,3 +662,17 @@ async def test_a_malformed_whsec_secret_is_refused_at_registration(
     with pytest.raises(InvalidConfigError) as err:
         await n.register_config(hook(sink, token="whsec_not*base64!"), owner="o", task_id="t1")
     assert err.value.field == "token"
+
+
+async def test_retention_purges_old_deliveries(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    from a2a_push.notifier import Retention
+
+    n = await make_notifier(retention=Retention(delivered=60, dead=None, interval=0))
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _is(n, delivery_id, DeliveryState.DELIVERED))
+    assert await n.purge_old_deliveries() == 0
+    assert await n.purge_old_deliveries(now=time.time() + 61) == 1
+    assert await n.store.get_delivery(delivery_id) is None

@@ -349,3 +349,22 @@ async def test_complete_and_claim_next_streams_a_lane(store: Store) -> None:
         is None
     )
     assert (await store.stats(now=NOW + 60)).pending == 0
+
+
+async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    for _ in range(3):
+        await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d1)], now=NOW)
+    (d2,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d2, "dead", error="x")], now=NOW + 100)
+    assert await store.purge(DeliveryState.DELIVERED, updated_before=NOW) == 0
+    assert await store.purge(DeliveryState.DELIVERED, updated_before=NOW + 1) == 1
+    assert await store.get_delivery(d1.id) is None
+    assert await store.purge(DeliveryState.DEAD, updated_before=NOW + 50) == 0
+    assert await store.purge(DeliveryState.DEAD, updated_before=NOW + 101) == 1
+    with pytest.raises(ValueError):
+        await store.purge(DeliveryState.PENDING, updated_before=NOW + 1000)
+    stats = await store.stats(now=NOW)
+    assert stats.pending == 1 and stats.dead == 0 and stats.delivered == 0

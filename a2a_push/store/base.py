@@ -234,6 +234,11 @@ class Outbox(abc.ABC):
         """Put dead-lettered deliveries back in their lanes as new; returns how many."""
 
     @abc.abstractmethod
+    async def purge(self, state: DeliveryState, *, updated_before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` delivered or dead deliveries last updated before the
+        time given; returns how many. Pending deliveries are never purged."""
+
+    @abc.abstractmethod
     async def next_due_at(self) -> float | None:
         """Earliest time any lane becomes due (None when nothing is pending)."""
 

@@ -331,6 +331,18 @@ class MemoryStore(Store):
             count += 1
         return count
 
+    async def purge(self, state: DeliveryState, *, updated_before: float, limit: int = 1000) -> int:
+        if state is DeliveryState.PENDING:
+            raise ValueError("pending deliveries are never purged")
+        doomed = [
+            d.id
+            for d in self._deliveries.values()
+            if d.state is state and d.updated_at < updated_before
+        ][:limit]
+        for delivery_id in doomed:
+            del self._deliveries[delivery_id]
+        return len(doomed)
+
     async def next_due_at(self) -> float | None:
         times = [
             max(self._head(lane).next_attempt_at, lane.lease_until)

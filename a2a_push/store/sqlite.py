@@ -515,6 +515,17 @@ class SQLiteStore(Store):
 
         return await self._write(op)
 
+    async def purge(self, state: DeliveryState, *, updated_before: float, limit: int = 1000) -> int:
+        if state is DeliveryState.PENDING:
+            raise ValueError("pending deliveries are never purged")
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                _Q["purge_deliveries"], (state.value, updated_before, limit)
+            ).rowcount
+
+        return await self._write(op, sync=False)
+
     async def next_due_at(self) -> float | None:
         rows = await self._read(_Q["next_due_at"])
         value = rows[0][0] if rows else None

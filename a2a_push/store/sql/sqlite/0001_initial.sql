@@ -45,6 +45,7 @@ CREATE INDEX IF NOT EXISTS deliveries_pending_by_lane
     ON deliveries (config_key, task_id, seq) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS deliveries_by_task ON deliveries (task_id, id);
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, id);
+CREATE INDEX IF NOT EXISTS deliveries_by_state_age ON deliveries (state, updated_at);
 CREATE INDEX IF NOT EXISTS deliveries_by_config ON deliveries (config_key, id);
 
 -- One row per (config, task) with pending work. head_id is the lowest-seq pending

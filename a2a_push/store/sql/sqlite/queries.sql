@@ -168,6 +168,11 @@ WHERE id = ? AND state = 'dead'
   AND EXISTS (SELECT 1 FROM configs c WHERE c.key = deliveries.config_key AND c.enabled = 1)
 RETURNING config_key, task_id;
 
+-- name: purge_deliveries
+DELETE FROM deliveries WHERE id IN (
+    SELECT id FROM deliveries WHERE state = ? AND updated_at < ? LIMIT ?
+);
+
 -- name: next_due_at
 SELECT min(due_at) FROM lanes;
 
