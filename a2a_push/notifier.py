@@ -109,6 +109,7 @@ class PushNotifier:
         self.address_policy = address_policy or AddressPolicy()
         self.metrics = metrics or Metrics()
         dispatcher = dispatcher or DispatcherOptions()
+        _check_lease(dispatcher, retry or RetryPolicy(), timeouts or Timeouts())
         # The connection pool must fit the dispatcher's caps: a request waiting for a
         # pooled connection spends its total timeout waiting.
         self.transport = transport or Transport(
@@ -389,6 +390,20 @@ class PushNotifier:
                 counts[state.value] += 1
         for state_name, n in counts.items():
             m.breakers.labels(state_name).set(n)
+
+
+def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeouts) -> None:
+    """A claim must end before its lease does, or the lane could be claimed twice."""
+    longest = (
+        retry.quick_attempts * (timeouts.total + retry.quick_retry_after_max)
+        + options.lease_seconds / 4  # the longest wait for an endpoint slot
+    )
+    if options.lease_seconds <= longest:
+        raise ValueError(
+            f"DispatcherOptions.lease_seconds ({options.lease_seconds:g} s) must be longer "
+            f"than one claim can take ({longest:g} s: quick_attempts x (Timeouts.total + "
+            "quick_retry_after_max) + lease_seconds / 4); raise lease_seconds"
+        )
 
 
 # ---- rendering ----------------------------------------------------------------------------

@@ -7,7 +7,9 @@ import asyncio
 import sys
 
 from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts
 from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.types import (
     TaskPushNotificationConfig,
@@ -29,7 +31,11 @@ async def main() -> None:
         SQLiteStore(args.db),
         issuer="http://worker.test",
         address_policy=AddressPolicy(allow_loopback=True),
+        # A short lease so the test's restart takes over quickly; claims must still end
+        # before their lease does, hence the short timeout and a single quick attempt.
         dispatcher=DispatcherOptions(lease_seconds=1.0),
+        timeouts=Timeouts(connect=0.2, total=0.3),
+        retry=RetryPolicy(quick_attempts=1, quick_retry_after_max=0),
     )
     async with notifier:
         tasks = [f"task-{i}" for i in range(args.tasks)]

@@ -676,3 +676,11 @@ async def test_retention_purges_old_deliveries(
     assert await n.purge_old_deliveries() == 0
     assert await n.purge_old_deliveries(now=time.time() + 61) == 1
     assert await n.store.get_delivery(delivery_id) is None
+
+
+def test_a_lease_shorter_than_a_claim_is_refused() -> None:
+    from a2a_push.store import MemoryStore
+
+    with pytest.raises(ValueError, match="lease_seconds"):
+        PushNotifier(MemoryStore(), issuer=ISSUER, dispatcher=DispatcherOptions(lease_seconds=30))
+    PushNotifier(MemoryStore(), issuer=ISSUER)  # the defaults are consistent

@@ -217,6 +217,11 @@ class Dispatcher:
                 if config is None or not config.enabled:
                     await self._drop_unsendable(nxt)
                     break
+                endpoint = endpoint_of(config.url)  # the config may have been replaced
+                retry_at = self.health.admit(endpoint, time.time())
+                if retry_at is not None:
+                    await self._defer(nxt, retry_at)
+                    break
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never let one delivery stop the dispatcher
@@ -228,6 +233,7 @@ class Dispatcher:
                     current.attempts,
                     error=f"internal error: {type(exc).__name__}",
                 )
+                self.metrics.deliveries.labels("dead").inc()
         finally:
             self._in_flight.pop(current.id, None)
             self.metrics.in_flight.set(len(self._in_flight))
@@ -270,7 +276,7 @@ class Dispatcher:
         self._waiting[endpoint] += 1
         freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
         try:
-            deadline = time.monotonic() + self.options.lease_seconds / 2
+            deadline = time.monotonic() + self.options.lease_seconds / 4
             while True:
                 freed.clear()  # before the check, so a release after it is not missed
                 if self._per_endpoint[endpoint] < cap:
