@@ -71,6 +71,8 @@ async def test_list_configs_pages_and_scopes(store: Store) -> None:
     assert token3 is None
     with pytest.raises(InvalidConfigError):
         await store.list_configs("task-1", "alice", page_token="!!not-a-token")
+    with pytest.raises(InvalidConfigError):
+        await store.list_configs("task-1", "alice", page_token="%%%")
 
 
 async def test_delete_config_dead_letters_its_pending_deliveries(store: Store) -> None:

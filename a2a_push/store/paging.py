@@ -17,6 +17,8 @@ def decode_page_token(token: str | None) -> str | None:
         return None
     try:
         padded = token + "=" * (-len(token) % 4)
-        return base64.urlsafe_b64decode(padded.encode("ascii")).decode("utf-8")
+        # Strict: junk is an error, never silently "from the start".
+        raw = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+        return raw.decode("utf-8")
     except (binascii.Error, UnicodeError, ValueError) as exc:
         raise InvalidConfigError("pageToken", "not a page token this server issued") from exc

@@ -1,0 +1,297 @@
+"""aiohttp wiring: ``mount(app, service)`` adds the JSON-RPC endpoint, the v1.0 REST
+routes for push configs and the JWKS route in one call.
+
+REST errors are google.rpc.Status JSON (spec §11.6):
+``{"error": {"code": <http status>, "status": "NOT_FOUND", "message", "details": [...]}}``
+with the ``google.rpc.ErrorInfo`` entry in ``details``. JSON-RPC errors travel in the
+JSON-RPC envelope with HTTP 200, except for bodies refused before they are read
+(413 too large, 415 not JSON), which still carry a JSON-RPC error object.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from ..notifier import JWKS_PATH
+from ..protocol.constants import A2A_MEDIA_TYPE, HEADER_A2A_VERSION, VERSION_0_3
+from ..protocol.jsonrpc import (
+    CONTENT_TYPE_NOT_SUPPORTED,
+    INTERNAL_ERROR,
+    INVALID_AGENT_RESPONSE,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    TASK_NOT_FOUND,
+    A2AError,
+    failure,
+)
+from .push_config import (
+    CREATE,
+    DELETE,
+    GET,
+    LIST,
+    V03_DELETE,
+    V03_GET,
+    V03_LIST,
+    V03_SET,
+    PushConfigService,
+    header_value,
+    negotiate_version,
+)
+
+__all__ = [
+    "JSON_MEDIA_TYPES",
+    "PUSH_SIGNING_EXTENSION_URI",
+    "agent_card_push_fields",
+    "mount",
+]
+
+log = logging.getLogger("a2a_push.server")
+
+PUSH_SIGNING_EXTENSION_URI: Final = "https://a2a-push.dev/extensions/push-signing/v1"
+"""Agent-card extension declaring that webhooks are signed JWTs verifiable with ``jwksUri``."""
+
+JSON_MEDIA_TYPES: Final = frozenset({"application/json", A2A_MEDIA_TYPE})
+
+# gRPC canonical status names for google.rpc.Status.status (spec §5.4 for the A2A codes).
+_GRPC_STATUS: Final[Mapping[int, str]] = {
+    PARSE_ERROR: "INVALID_ARGUMENT",
+    INVALID_REQUEST: "INVALID_ARGUMENT",
+    INVALID_PARAMS: "INVALID_ARGUMENT",
+    METHOD_NOT_FOUND: "UNIMPLEMENTED",
+    INTERNAL_ERROR: "INTERNAL",
+    TASK_NOT_FOUND: "NOT_FOUND",
+    CONTENT_TYPE_NOT_SUPPORTED: "INVALID_ARGUMENT",
+    INVALID_AGENT_RESPONSE: "INTERNAL",
+}
+_DEFAULT_GRPC_STATUS: Final = "FAILED_PRECONDITION"  # the other A2A-specific errors
+
+_BODY_TOO_LARGE: Final = 413
+_UNSUPPORTED_MEDIA_TYPE: Final = 415
+
+
+class _Refused(Exception):
+    """A request body refused before parsing: HTTP status and the error to report."""
+
+    def __init__(self, status: int, error: A2AError) -> None:
+        super().__init__(error.message)
+        self.status = status
+        self.error = error
+
+
+def mount(
+    app: web.Application,
+    service: PushConfigService,
+    *,
+    jsonrpc_path: str | None = "/",
+    rest_prefix: str = "",
+    max_body_bytes: int = 64 * 1024,
+    jwks: bool = True,
+) -> None:
+    """Serve ``service`` on ``app``.
+
+    Adds ``POST {jsonrpc_path}`` (JSON-RPC; None leaves it out), the v1.0 REST routes
+    ``POST|GET {rest_prefix}/tasks/{taskId}/pushNotificationConfigs`` and
+    ``GET|DELETE {rest_prefix}/tasks/{taskId}/pushNotificationConfigs/{id}``, and, when
+    ``jwks``, ``GET /.well-known/jwks.json`` (so do not also call
+    ``notifier.add_routes`` for the JWKS). Bodies over ``max_body_bytes`` get 413.
+    """
+    prefix = rest_prefix.rstrip("/")
+    collection = f"{prefix}/tasks/{{taskId}}/pushNotificationConfigs"
+    item = f"{collection}/{{id}}"
+
+    async def read_body(request: web.Request) -> bytes:
+        length = request.content_length
+        if length is not None and length > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        if request.content_type not in JSON_MEDIA_TYPES:
+            raise _Refused(
+                _UNSUPPORTED_MEDIA_TYPE, A2AError.content_type_not_supported(request.content_type)
+            )
+        chunks: list[bytes] = []
+        total = 0
+        while total <= max_body_bytes:  # never more than the limit + 1 bytes in memory
+            chunk = await request.content.read(max_body_bytes + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_body_bytes:
+            raise _too_large(max_body_bytes)
+        return b"".join(chunks)
+
+    async def jsonrpc(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await read_body(request)
+        except _Refused as refused:
+            return web.json_response(failure(None, refused.error), status=refused.status)
+        status, payload = await service.handle_jsonrpc(body, request.headers)
+        if payload is None:
+            return web.Response(status=status)
+        return web.json_response(payload, status=status, dumps=_dumps)
+
+    async def rest(request: web.Request, method_v10: str, method_v03: str) -> web.StreamResponse:
+        try:
+            header = header_value(request.headers, HEADER_A2A_VERSION)
+            if header is None:  # spec §3.6.1: a client MAY send it as a query parameter
+                header = request.query.get(HEADER_A2A_VERSION)
+            # These are the v1.0 REST paths: no version given means v1.0 here.
+            version = negotiate_version(header, method_v10)
+            task_id = request.match_info["taskId"]
+            config_id = request.match_info.get("id")
+            params: dict[str, Any]
+            if request.method == "POST":
+                params = _json_object(await read_body(request))
+            else:
+                params = {k: v for k, v in request.query.items() if k != HEADER_A2A_VERSION}
+            method = method_v10
+            if version == VERSION_0_3:
+                method = method_v03
+                params = _v03_rest_params(method, params, task_id, config_id)
+            else:
+                if request.method == "POST" and not _has_task_id(params):
+                    params["taskId"] = task_id
+                elif request.method == "POST":
+                    _same_task(params, task_id)
+                else:
+                    params["taskId"] = task_id
+                if config_id is not None:
+                    params["id"] = config_id
+            owner = await service.resolve_owner(request.headers)
+            result = await service.handle(method, params, version=version, owner=owner)
+        except _Refused as refused:
+            return _rest_error(refused.error, refused.status)
+        except A2AError as err:
+            return _rest_error(err, err.http_status)
+        except Exception:
+            log.exception("push-config REST %s %s failed", request.method, request.path)
+            return _rest_error(A2AError.internal_error(), 500)
+        return web.json_response(
+            {} if result is None else result, content_type=A2A_MEDIA_TYPE, dumps=_dumps
+        )
+
+    async def create(request: web.Request) -> web.StreamResponse:
+        return await rest(request, CREATE, V03_SET)
+
+    async def list_(request: web.Request) -> web.StreamResponse:
+        return await rest(request, LIST, V03_LIST)
+
+    async def get(request: web.Request) -> web.StreamResponse:
+        return await rest(request, GET, V03_GET)
+
+    async def delete(request: web.Request) -> web.StreamResponse:
+        return await rest(request, DELETE, V03_DELETE)
+
+    async def jwks_route(request: web.Request) -> web.Response:
+        return web.json_response(service.notifier.jwks(), headers={"Cache-Control": "max-age=300"})
+
+    if jsonrpc_path is not None:
+        app.router.add_post(jsonrpc_path, jsonrpc)
+    app.router.add_post(collection, create)
+    app.router.add_get(collection, list_)
+    app.router.add_get(item, get)
+    app.router.add_delete(item, delete)
+    if jwks:
+        app.router.add_get(JWKS_PATH, jwks_route)
+
+
+def agent_card_push_fields(card: dict[str, Any], jwks_uri: str) -> dict[str, Any]:
+    """A copy of the agent card with ``capabilities.pushNotifications = true`` and the
+    push-signing extension (``PUSH_SIGNING_EXTENSION_URI``, params ``{"jwksUri"}``)
+    in ``capabilities.extensions``, replacing an earlier entry with that URI."""
+    out = copy.deepcopy(card)
+    capabilities = out.get("capabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = out["capabilities"] = {}
+    capabilities["pushNotifications"] = True
+    extensions = capabilities.get("extensions")
+    if not isinstance(extensions, list):
+        extensions = []
+    extensions = [
+        e
+        for e in extensions
+        if not (isinstance(e, dict) and e.get("uri") == PUSH_SIGNING_EXTENSION_URI)
+    ]
+    extensions.append(
+        {
+            "uri": PUSH_SIGNING_EXTENSION_URI,
+            "description": (
+                "Push notifications carry a JWT (X-A2A-Signature) signed with a key "
+                "published at jwksUri"
+            ),
+            "required": False,
+            "params": {"jwksUri": jwks_uri},
+        }
+    )
+    capabilities["extensions"] = extensions
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _too_large(limit: int) -> _Refused:
+    return _Refused(
+        _BODY_TOO_LARGE,
+        A2AError.invalid_request(f"Request body too large (limit {limit} bytes)"),
+    )
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise A2AError.parse_error() from None
+    if not isinstance(value, dict):
+        raise A2AError.invalid_request("The request body must be a JSON object")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _has_task_id(params: Mapping[str, Any]) -> bool:
+    return params.get("taskId") not in (None, "") or params.get("task_id") not in (None, "")
+
+
+def _same_task(params: Mapping[str, Any], task_id: str) -> None:
+    for key in ("taskId", "task_id"):
+        value = params.get(key)
+        if value not in (None, "") and value != task_id:
+            raise A2AError.invalid_params(f"{key}: does not match the task in the path", "taskId")
+
+
+def _v03_rest_params(
+    method: str, body: dict[str, Any], task_id: str, config_id: str | None
+) -> dict[str, Any]:
+    if method == V03_SET:
+        _same_task(body, task_id)
+        return {**body, "taskId": task_id}
+    params: dict[str, Any] = {"id": task_id}
+    if config_id is not None:
+        params["pushNotificationConfigId"] = config_id
+    return params
+
+
+def _rest_error(err: A2AError, status: int) -> web.Response:
+    body = {
+        "error": {
+            "code": status,
+            "status": _GRPC_STATUS.get(err.code, _DEFAULT_GRPC_STATUS),
+            "message": err.message,
+            "details": err.data,
+        }
+    }
+    return web.json_response(body, status=status, content_type=A2A_MEDIA_TYPE, dumps=_dumps)
