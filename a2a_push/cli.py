@@ -182,6 +182,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_cmd_demo)
 
+    mock_agent = command(
+        commands,
+        "mock-agent",
+        "run the example A2A agent (JSON-RPC, agent card, push notifications)",
+        description="Run the example A2A v1.0 agent with an embedded notifier: roll NdM, "
+        "book X, report, fail, reject, login, or any text to echo. Needs a checkout of "
+        "a2a-push.",
+    )
+    mock_agent.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    mock_agent.add_argument("--port", type=int, default=9000, help="default: 9000")
+    mock_agent.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the outbox and signing keys here (default: a temporary folder)",
+    )
+    mock_agent.add_argument(
+        "--allow-webhook-host",
+        action="append",
+        default=[],
+        metavar="HOST_OR_CIDR",
+        dest="allow_webhook_hosts",
+        help="let webhooks go to this host, IP or CIDR (repeat for several); e.g. "
+        "127.0.0.1 for a receiver on this machine",
+    )
+    mock_agent.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the agent's base URL as clients see it (default: http://HOST:PORT)",
+    )
+    mock_agent.add_argument(
+        "--step-delay",
+        type=_non_negative_seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="pause between task steps (default: 0.5)",
+    )
+    mock_agent.set_defaults(handler=_cmd_mock_agent)
+
     # keys ------------------------------------------------------------------------------
     keys = command(
         commands,
@@ -488,6 +527,46 @@ def _import_demo() -> Any:
             raise
         sys.path.insert(0, str(root))
         return importlib.import_module("examples.demo")
+
+
+def _cmd_mock_agent(args: argparse.Namespace) -> int:
+    how = "run it from a checkout of a2a-push (`python -m examples.mock_agent`)"
+    try:
+        module = _import_example("mock_agent")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("examples", "examples.mock_agent"):
+            raise CLIError(f"the mock agent is not part of the installed package; {how}") from None
+        raise CLIError(
+            f"the mock agent needs the module {exc.name!r}, which is not installed"
+        ) from None
+    try:
+        AddressPolicy(args.allow_webhook_hosts)
+    except ValueError as exc:
+        raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
+    result = module.serve(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        allow_webhook_hosts=args.allow_webhook_hosts,
+        public_url=args.public_url,
+        step_delay=args.step_delay,
+    )
+    return result if isinstance(result, int) else 0
+
+
+def _import_example(name: str) -> Any:
+    """``examples.<name>`` from the checkout this package was installed from."""
+    module = f"examples.{name}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("examples", module):
+            raise
+        root = Path(__file__).resolve().parent.parent
+        if not (root / "examples" / f"{name}.py").is_file() or str(root) in sys.path:
+            raise
+        sys.path.insert(0, str(root))
+        return importlib.import_module(module)
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

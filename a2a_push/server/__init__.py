@@ -5,6 +5,7 @@ mount(app, service)            # POST /, /tasks/{taskId}/pushNotificationConfigs
 """
 
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI, agent_card_push_fields, mount
+from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import (
     OwnerResolver,
     PushConfigService,
@@ -22,4 +23,6 @@ __all__ = [
     "default_owner_resolver",
     "mount",
     "negotiate_version",
+    "parse_inline_config",
+    "register_inline_config",
 ]

@@ -1,0 +1,211 @@
+"""a2a-sdk 1.x drop-in: durable, signed, retried, ordered push notifications for an SDK agent.
+
+An a2a-sdk agent gets its push notifications from two constructor arguments of its request
+handler. Swap the SDK's in-memory store and fire-and-forget sender for these two, both
+backed by one :class:`~a2a_push.notifier.PushNotifier`::
+
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a_push import PushNotifier
+    from a2a_push.integrations.a2a_sdk import A2APushConfigStore, A2APushSender
+
+    notifier = PushNotifier.open("push.db", issuer="https://agent.example.com",
+                                 data_dir="./a2a-push-data")
+    handler = DefaultRequestHandler(
+        agent_executor=MyExecutor(),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+        push_config_store=A2APushConfigStore(notifier),  # was InMemoryPushNotificationConfigStore()
+        push_sender=A2APushSender(notifier),             # was BasePushNotificationSender(...)
+    )
+    # start the notifier with the app (``await notifier.start()`` / ``async with notifier``)
+    # and serve ``notifier.jwks()`` at /.well-known/jwks.json for receivers.
+
+Every event the SDK hands the sender is written to the notifier's outbox before
+``send_notification`` returns; the notifier's dispatcher then delivers it to every config
+of the task, in order, signed, with retries. Needs the ``a2a-sdk`` extra
+(``pip install 'a2a-push[a2a-sdk]'``); nothing else in ``a2a_push`` imports it.
+
+Owners: configs are scoped to the caller the SDK resolved (``context.user.user_name``,
+like the SDK's own stores); an unauthenticated caller (empty user name) maps to
+:data:`ANONYMOUS_OWNER`. Pass ``owner_resolver=`` to scope differently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks.push_notification_config_store import (
+    PushNotificationConfigStore,
+    normalize_push_notification_config,
+)
+from a2a.server.tasks.push_notification_sender import (
+    PushNotificationEvent as SdkPushNotificationEvent,
+)
+from a2a.server.tasks.push_notification_sender import PushNotificationSender
+from a2a.types import a2a_pb2
+from a2a.utils.errors import InvalidParamsError
+from google.protobuf.json_format import (  # type: ignore[import-untyped, unused-ignore]
+    MessageToDict,
+)
+
+from ..errors import InvalidConfigError
+from ..notifier import PushNotifier
+from ..protocol import types as t
+from ..store import StoredConfig
+
+__all__ = ["ANONYMOUS_OWNER", "A2APushConfigStore", "A2APushSender", "owner_from_context"]
+
+log = logging.getLogger("a2a_push.integrations.a2a_sdk")
+
+ANONYMOUS_OWNER = "a2a-sdk:anonymous"
+"""The owner of configs registered by a caller the SDK did not authenticate."""
+
+OwnerResolver = Callable[[ServerCallContext], str]
+
+_PAGE = 100
+
+
+def owner_from_context(context: ServerCallContext) -> str:
+    """The SDK's caller identity (``context.user.user_name``), or :data:`ANONYMOUS_OWNER`."""
+    name: str = context.user.user_name
+    return name or ANONYMOUS_OWNER
+
+
+def _to_proto_config(stored: StoredConfig) -> a2a_pb2.TaskPushNotificationConfig:
+    config = a2a_pb2.TaskPushNotificationConfig(
+        id=stored.id, task_id=stored.task_id, url=stored.url
+    )
+    if stored.tenant:
+        config.tenant = stored.tenant
+    if stored.token:
+        config.token = stored.token
+    if stored.auth_scheme:
+        config.authentication.scheme = stored.auth_scheme
+        if stored.auth_credentials:
+            config.authentication.credentials = stored.auth_credentials
+    return config
+
+
+def _to_model(message: Any, model: type[t.A2AModel]) -> Any:
+    """A proto message as our pydantic model (both speak ProtoJSON: camelCase, enum names)."""
+    return model.model_validate(MessageToDict(message))
+
+
+class A2APushConfigStore(PushNotificationConfigStore):
+    """The SDK's ``PushNotificationConfigStore`` on the notifier's durable, owner-scoped store.
+
+    ``set_info`` goes through :meth:`PushNotifier.register_config`, so the notifier's URL
+    policy (SSRF checks) and per-task config cap apply; a refused config is raised to the
+    SDK as ``InvalidParamsError`` (a JSON-RPC -32602 for the client).
+    """
+
+    def __init__(
+        self,
+        notifier: PushNotifier,
+        *,
+        owner_resolver: OwnerResolver = owner_from_context,
+    ) -> None:
+        self.notifier = notifier
+        self.owner_resolver = owner_resolver
+
+    async def set_info(
+        self,
+        task_id: str,
+        notification_config: a2a_pb2.TaskPushNotificationConfig,
+        context: ServerCallContext,
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        normalized = normalize_push_notification_config(task_id, notification_config)
+        try:
+            config = _to_model(normalized, t.TaskPushNotificationConfig)
+            stored = await self.notifier.register_config(
+                config, owner=self.owner_resolver(context), task_id=task_id
+            )
+        except InvalidConfigError as exc:
+            raise InvalidParamsError(message=f"push notification config: {exc}") from exc
+        except ValueError as exc:  # pydantic's ValidationError (it hides the input)
+            raise InvalidParamsError(message=f"push notification config: {exc}") from exc
+        return _to_proto_config(stored)
+
+    async def get_info(
+        self, task_id: str, context: ServerCallContext
+    ) -> list[a2a_pb2.TaskPushNotificationConfig]:
+        return [
+            _to_proto_config(c) for c in await self._owned(task_id, self.owner_resolver(context))
+        ]
+
+    async def get_info_for_dispatch(self, task_id: str) -> list[a2a_pb2.TaskPushNotificationConfig]:
+        """Every enabled config of the task, all owners (the SDK's dispatch read path).
+
+        :class:`A2APushSender` does not need it (the notifier fans out by itself); it is
+        here for SDK code, or a ``BasePushNotificationSender``, reading this store.
+        """
+        return [_to_proto_config(c) for c in await self.notifier.store.configs_for_task(task_id)]
+
+    async def delete_info(
+        self,
+        task_id: str,
+        context: ServerCallContext,
+        config_id: str | None = None,
+    ) -> None:
+        owner = self.owner_resolver(context)
+        if config_id is not None:
+            await self.notifier.delete_config(task_id, config_id, owner)
+            return
+        for config in await self._owned(task_id, owner):
+            await self.notifier.delete_config(task_id, config.id, owner)
+
+    async def _owned(self, task_id: str, owner: str) -> list[StoredConfig]:
+        configs: list[StoredConfig] = []
+        token: str | None = None
+        while True:
+            page, token = await self.notifier.list_configs(
+                task_id, owner, page_size=_PAGE, page_token=token
+            )
+            configs.extend(page)
+            if not token:
+                return configs
+
+
+class A2APushSender(PushNotificationSender):
+    """The SDK's ``PushNotificationSender``: each event is durably queued by the notifier.
+
+    ``send_notification`` returns once the event is in the outbox for every config of the
+    task (delivery, signing, retries and per-config order are the notifier's). It raises
+    if that fails (a storage failure, or an event our models reject): the SDK's contract
+    is that the framework catches and logs a sender's exception without disturbing the
+    task, so the failure is logged here (under ``a2a_push``) and re-raised rather than
+    hidden.
+    """
+
+    def __init__(self, notifier: PushNotifier) -> None:
+        self.notifier = notifier
+
+    async def send_notification(self, task_id: str, event: SdkPushNotificationEvent) -> None:
+        try:
+            model = self._convert(event)
+            await self.notifier.publish(
+                task_id, model, task=model if isinstance(model, t.Task) else None
+            )
+        except Exception:
+            log.error(
+                "could not queue the push notification (%s) for task %s",
+                type(event).__name__,
+                task_id,
+            )
+            raise
+
+    @staticmethod
+    def _convert(event: SdkPushNotificationEvent) -> t.PushNotificationEvent:
+        if isinstance(event, a2a_pb2.Task):
+            task: t.Task = _to_model(event, t.Task)
+            return task
+        if isinstance(event, a2a_pb2.TaskStatusUpdateEvent):
+            status: t.TaskStatusUpdateEvent = _to_model(event, t.TaskStatusUpdateEvent)
+            return status
+        if isinstance(event, a2a_pb2.TaskArtifactUpdateEvent):
+            artifact: t.TaskArtifactUpdateEvent = _to_model(event, t.TaskArtifactUpdateEvent)
+            return artifact
+        raise TypeError(f"not a push notification event: {type(event).__name__}")

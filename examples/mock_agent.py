@@ -1,0 +1,1005 @@
+"""A small but complete A2A v1.0 agent on aiohttp, with push notifications by a2a-push.
+
+    a2a-push mock-agent --port 9000 --allow-webhook-host 127.0.0.1
+    python -m examples.mock_agent --port 9000 --allow-webhook-host 127.0.0.1
+
+Serves JSON-RPC at ``/`` (``SendMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``
+and the four push-config methods; the v0.3 names ``message/send``, ``tasks/get``,
+``tasks/cancel`` and ``tasks/pushNotificationConfig/*`` with v0.3 shapes), the REST
+push-config routes, the agent card at ``/.well-known/agent-card.json``, the JWKS at
+``/.well-known/jwks.json`` and Prometheus metrics at ``/metrics``.
+
+Skills, chosen by the first word of the message's text:
+
+* ``roll NdM``  working -> ``dice-result`` artifact -> completed
+* ``book X``    input-required (asks for a date); a follow-up message with the same
+  ``taskId`` -> ``order`` artifact -> completed
+* ``report``    several chunked artifact updates (``append`` / ``lastChunk``) -> completed
+* ``fail``      failed;  ``reject``: rejected;  ``login``: auth-required (a follow-up
+  message "signs in" and completes it)
+* anything else: ``echo`` — submitted -> working -> ``echo`` artifact -> completed
+
+Every step pauses ``step_delay`` seconds (0.5 by default) so a client can watch or cancel.
+Every task change goes through ``notifier.publish``: webhooks are durable, signed,
+retried and ordered. Tasks live in memory, scoped to the caller (the same owner resolver
+the push-config methods use: a digest of the ``Authorization`` header).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import itertools
+import logging
+import random
+import re
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.metrics import add_metrics_route
+from a2a_push.notifier import JWKS_PATH, PushNotifier
+from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
+from a2a_push.protocol.jsonrpc import A2AError, failure, parse_request, success
+from a2a_push.protocol.types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    utc_timestamp,
+)
+from a2a_push.protocol.v03 import V03FormatError, message_from_v03, task_to_v03
+from a2a_push.server import PushConfigService, agent_card_push_fields, mount, negotiate_version
+from a2a_push.server.app import JSON_MEDIA_TYPES
+from a2a_push.server.inline import parse_inline_config, register_inline_config
+
+log = logging.getLogger("a2a_push.mock_agent")
+
+AGENT_NAME: Final = "a2a-push mock agent"
+AGENT_VERSION: Final = "1.0.0"
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 9000
+DEFAULT_STEP_DELAY: Final = 0.5
+MAX_BODY_BYTES: Final = 1024 * 1024
+
+# ListTasks paging (spec: default 50, 1..100).
+DEFAULT_PAGE_SIZE: Final = 50
+MAX_PAGE_SIZE: Final = 100
+
+# Method names: v1.0, then the v0.3 aliases this agent serves.
+SEND_MESSAGE: Final = "SendMessage"
+GET_TASK: Final = "GetTask"
+CANCEL_TASK: Final = "CancelTask"
+LIST_TASKS: Final = "ListTasks"
+V03_SEND: Final = "message/send"
+V03_GET: Final = "tasks/get"
+V03_CANCEL: Final = "tasks/cancel"
+_V10_NAMES: Final = frozenset({SEND_MESSAGE, GET_TASK, CANCEL_TASK, LIST_TASKS})
+_STREAMING: Final = frozenset(
+    {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"}
+)
+
+# Artifact names clients (and the tests) look for.
+DICE_RESULT: Final = "dice-result"
+ORDER: Final = "order"
+REPORT: Final = "report"
+ECHO: Final = "echo"
+
+_DICE = re.compile(r"(\d{1,3})d(\d{1,4})", re.IGNORECASE)
+_MAX_DICE: Final = 100
+_MAX_SIDES: Final = 1000
+_REPORT_CHUNKS: Final = (
+    "# Quarterly report\n",
+    "Revenue: up 12 %.\n",
+    "Costs: down 3 %.\n",
+    "Outlook: sunny, with a chance of webhooks.\n",
+)
+
+SKILLS: Final[tuple[dict[str, Any], ...]] = (
+    {
+        "id": "roll",
+        "name": "Roll dice",
+        "description": "Rolls N dice with M sides: 'roll NdM'. Ends with a dice-result artifact.",
+        "tags": ["dice", "demo"],
+        "examples": ["roll 2d6", "roll 1d20"],
+    },
+    {
+        "id": "book",
+        "name": "Book something",
+        "description": "Asks for a date (input-required); a follow-up message with the same "
+        "taskId completes the booking with an order artifact.",
+        "tags": ["multi-turn", "input-required"],
+        "examples": ["book a table for two"],
+    },
+    {
+        "id": "report",
+        "name": "Write a report",
+        "description": "Streams a report as chunked artifact updates (append, lastChunk).",
+        "tags": ["artifacts", "chunks"],
+        "examples": ["report"],
+    },
+    {
+        "id": "fail",
+        "name": "Fail",
+        "description": "Ends the task FAILED.",
+        "tags": ["errors"],
+        "examples": ["fail"],
+    },
+    {
+        "id": "reject",
+        "name": "Reject",
+        "description": "Ends the task REJECTED.",
+        "tags": ["errors"],
+        "examples": ["reject"],
+    },
+    {
+        "id": "login",
+        "name": "Log in",
+        "description": "Stops in AUTH_REQUIRED; a follow-up message with the same taskId "
+        "completes it.",
+        "tags": ["auth-required"],
+        "examples": ["login"],
+    },
+    {
+        "id": "echo",
+        "name": "Echo",
+        "description": "Any other text: submitted, working, an echo artifact, completed, "
+        "slowly enough to watch or cancel.",
+        "tags": ["echo"],
+        "examples": ["hello"],
+    },
+)
+
+
+# ---- the task store ------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TaskRecord:
+    """One task and what the agent keeps beside it."""
+
+    task: Task
+    owner: str
+    skill: str
+    subject: str  # the skill's argument (what to book, which dice, ...)
+    seq: int = 0  # last-update order, for ListTasks (newest first)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    runner: asyncio.Task[None] | None = None
+
+    @property
+    def state(self) -> TaskState:
+        return self.task.status.state
+
+
+class TaskStore:
+    """Tasks in memory; every read is scoped to the owner (others get "not found")."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, TaskRecord] = {}
+        self._seq = itertools.count(1)
+
+    def add(self, record: TaskRecord) -> None:
+        self.touch(record)
+        self._records[record.task.id] = record
+
+    def touch(self, record: TaskRecord) -> None:
+        record.seq = next(self._seq)
+
+    def get(self, task_id: str, owner: str) -> TaskRecord | None:
+        record = self._records.get(task_id)
+        if record is None or record.owner != owner:
+            return None
+        return record
+
+    async def lookup(self, task_id: str, owner: str) -> Task | None:
+        """The ``task_lookup`` of the push-config service."""
+        record = self.get(task_id, owner)
+        return None if record is None else record.task
+
+    def visible(self, owner: str) -> list[TaskRecord]:
+        """The owner's tasks, most recently updated first."""
+        mine = [r for r in self._records.values() if r.owner == owner]
+        return sorted(mine, key=lambda r: r.seq, reverse=True)
+
+
+# ---- the agent -----------------------------------------------------------------------
+
+
+class MockAgent:
+    """The A2A methods of the mock agent; ``call`` serves one JSON-RPC method."""
+
+    def __init__(
+        self, notifier: PushNotifier, *, public_url: str, step_delay: float = DEFAULT_STEP_DELAY
+    ) -> None:
+        self.notifier = notifier
+        self.public_url = public_url.rstrip("/")
+        self.step_delay = step_delay
+        self.tasks = TaskStore()
+        self.service = PushConfigService(notifier, task_lookup=self.tasks.lookup)
+        self._runners: set[asyncio.Task[None]] = set()
+        self._methods: dict[str, Callable[[Mapping[str, Any], str], Awaitable[Any]]] = {
+            SEND_MESSAGE: self._send_v10,
+            V03_SEND: self._send_v03,
+            GET_TASK: self._get_v10,
+            V03_GET: self._get_v03,
+            CANCEL_TASK: self._cancel_v10,
+            V03_CANCEL: self._cancel_v03,
+            LIST_TASKS: self._list_tasks,
+        }
+
+    # ---- dispatch -----------------------------------------------------------------------
+
+    def version_for(self, header: str | None, method: str) -> str:
+        """The negotiated version; without ``A2A-Version`` a v1.0 method name means 1.0."""
+        if not (header or "").strip() and method in _V10_NAMES:
+            return VERSION_1_0
+        return negotiate_version(header, method)
+
+    async def call(self, method: str, params: Any, *, owner: str, version: str) -> Any:
+        """Serve one method: its JSON-ready result, or an ``A2AError``.
+
+        The method name decides the shapes (v1.0 or v0.3), as for the push-config methods.
+        """
+        if method in self.service.methods:
+            return await self.service.handle(method, params, version=version, owner=owner)
+        handler = self._methods.get(method)
+        if handler is None:
+            if method in _STREAMING:
+                raise A2AError.unsupported_operation(
+                    "streaming is not supported by this agent (capabilities.streaming is "
+                    "false); use SendMessage with push notifications"
+                )
+            raise A2AError.method_not_found(method)
+        if params is None:
+            params = {}
+        if not isinstance(params, Mapping):
+            raise A2AError.invalid_params("params must be a JSON object", "params")
+        return await handler(params, owner)
+
+    async def close(self) -> None:
+        """Stop every running skill (graceful shutdown)."""
+        runners = list(self._runners)
+        for runner in runners:
+            runner.cancel()
+        if runners:
+            await asyncio.wait(runners)
+
+    # ---- SendMessage ----------------------------------------------------------------------
+
+    async def _send_v10(self, params: Mapping[str, Any], owner: str) -> Any:
+        raw = params.get("message")
+        if raw is None:
+            raise A2AError.invalid_params("message: is required", "message")
+        try:
+            message = Message.model_validate(raw)
+        except ValidationError as exc:
+            raise A2AError.from_validation_error(exc, prefix="message") from None
+        configuration = _configuration(params)
+        wait = not _flag(
+            configuration, "returnImmediately", "return_immediately", False, "configuration."
+        )
+        length = _history_length(configuration, "configuration.historyLength")
+        record = await self._send(message, configuration, owner, VERSION_1_0)
+        if wait:
+            await self._settled(record)
+        return {"task": _shaped(record.task, length).to_json_dict()}
+
+    async def _send_v03(self, params: Mapping[str, Any], owner: str) -> Any:
+        raw = params.get("message")
+        if raw is None:
+            raise A2AError.invalid_params("message: is required", "message")
+        try:
+            message = message_from_v03(raw)
+        except V03FormatError as exc:
+            raise A2AError.invalid_params(str(exc), "message") from None
+        configuration = _configuration(params)
+        # v0.3 `blocking`: the opposite of returnImmediately; unset waits, as v0.3 servers did.
+        wait = _flag(configuration, "blocking", "blocking", True, "configuration.")
+        length = _history_length(configuration, "configuration.historyLength")
+        record = await self._send(message, configuration, owner, VERSION_0_3)
+        if wait:
+            await self._settled(record)
+        return task_to_v03(_shaped(record.task, length))
+
+    async def _send(
+        self, message: Message, configuration: Mapping[str, Any], owner: str, version: str
+    ) -> TaskRecord:
+        if message.task_id:
+            return await self._continue(message, configuration, owner, version)
+        # Validate the inline config before the task exists: a bad one leaves nothing.
+        parse_inline_config(configuration, service=self.service)
+        task_id = str(uuid.uuid4())  # task ids are the server's (spec §3.4.2)
+        context_id = message.context_id or str(uuid.uuid4())
+        message = message.model_copy(update={"task_id": task_id, "context_id": context_id})
+        skill, subject = _skill_of(message)
+        task = Task(
+            id=task_id,
+            context_id=context_id,
+            status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_timestamp()),
+            history=[message],
+        )
+        record = TaskRecord(task=task, owner=owner, skill=skill, subject=subject)
+        # Registers the config and queues the submitted task as its first webhook; if it
+        # fails (e.g. the host does not resolve) the task was never stored.
+        await register_inline_config(
+            self.service, configuration, task=task, owner=owner, version=version
+        )
+        self.tasks.add(record)
+        self._start(record, self._run(record))
+        return record
+
+    async def _continue(
+        self, message: Message, configuration: Mapping[str, Any], owner: str, version: str
+    ) -> TaskRecord:
+        task_id = message.task_id or ""
+        record = self.tasks.get(task_id, owner)
+        if record is None:
+            raise A2AError.task_not_found(task_id)
+        if message.context_id and message.context_id != record.task.context_id:
+            raise A2AError.invalid_params(
+                "message.contextId: does not match the context of the task given in "
+                "message.taskId (leave it out, or send the task's contextId)",
+                "message.contextId",
+            )
+        self._check_accepts_messages(record)
+        parse_inline_config(configuration, service=self.service, task_id=record.task.id)
+        message = message.model_copy(update={"context_id": record.task.context_id})
+        async with record.lock:
+            self._check_accepts_messages(record)  # it may have moved on meanwhile
+            await register_inline_config(
+                self.service, configuration, task=record.task, owner=owner, version=version
+            )
+            history = [*(record.task.history or []), message]
+            record.task = record.task.model_copy(update={"history": history})
+            await self._apply_status(record, TaskState.WORKING)
+            self._start(record, self._resume(record, _text_of(message)))
+        return record
+
+    def _check_accepts_messages(self, record: TaskRecord) -> None:
+        state = record.state
+        if state.is_terminal:
+            raise A2AError.unsupported_operation(
+                f"task {record.task.id} is {_state_name(state)}: a task in a terminal state "
+                "accepts no more messages; send a new message without taskId"
+            )
+        if not state.is_interrupted:
+            raise A2AError.unsupported_operation(
+                f"task {record.task.id} is still {_state_name(state)}; send a follow-up "
+                "only when it asks for input (INPUT_REQUIRED or AUTH_REQUIRED)"
+            )
+
+    async def _settled(self, record: TaskRecord) -> None:
+        """Wait until the task is in a terminal or interrupted state."""
+        while not (record.state.is_terminal or record.state.is_interrupted):
+            await record.changed.wait()
+
+    # ---- GetTask / CancelTask / ListTasks -------------------------------------------------
+
+    def _record(self, params: Mapping[str, Any], owner: str) -> TaskRecord:
+        task_id = params.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            raise A2AError.invalid_params("id: is required (the task id)", "id")
+        record = self.tasks.get(task_id, owner)
+        if record is None:
+            raise A2AError.task_not_found(task_id)
+        return record
+
+    async def _get_v10(self, params: Mapping[str, Any], owner: str) -> Any:
+        record = self._record(params, owner)
+        return _shaped(record.task, _history_length(params, "historyLength")).to_json_dict()
+
+    async def _get_v03(self, params: Mapping[str, Any], owner: str) -> Any:
+        record = self._record(params, owner)
+        return task_to_v03(_shaped(record.task, _history_length(params, "historyLength")))
+
+    async def _cancel(self, params: Mapping[str, Any], owner: str) -> Task:
+        record = self._record(params, owner)
+        async with record.lock:
+            if record.state.is_terminal:
+                raise A2AError.task_not_cancelable(record.task.id)
+            runner = record.runner
+            if runner is not None and not runner.done():
+                # It is sleeping or waiting for this lock: never in the middle of a publish.
+                runner.cancel()
+                await asyncio.wait({runner})
+            await self._apply_status(
+                record, TaskState.CANCELED, self._say(record, "Canceled at the client's request.")
+            )
+        return record.task
+
+    async def _cancel_v10(self, params: Mapping[str, Any], owner: str) -> Any:
+        return (await self._cancel(params, owner)).to_json_dict()
+
+    async def _cancel_v03(self, params: Mapping[str, Any], owner: str) -> Any:
+        return task_to_v03(await self._cancel(params, owner))
+
+    async def _list_tasks(self, params: Mapping[str, Any], owner: str) -> Any:
+        context_id = _get(params, "contextId", "context_id")
+        if context_id is not None and not isinstance(context_id, str):
+            raise A2AError.invalid_params("contextId: must be a string", "contextId")
+        status = _status_filter(params.get("status"))
+        page_size = _page_size(_get(params, "pageSize", "page_size"))
+        after = _decode_page_token(_get(params, "pageToken", "page_token"))
+        length = _history_length(params, "historyLength")
+        include_artifacts = _flag(params, "includeArtifacts", "include_artifacts", False)
+        since = _timestamp_filter(_get(params, "statusTimestampAfter", "status_timestamp_after"))
+
+        records = [
+            r
+            for r in self.tasks.visible(owner)
+            if (not context_id or r.task.context_id == context_id)
+            and (status is None or r.state is status)
+            and (since is None or _status_time(r.task) >= since)
+        ]
+        total = len(records)
+        if after is not None:
+            records = [r for r in records if r.seq < after]
+        page = records[:page_size]
+        next_token = _encode_page_token(page[-1].seq) if len(records) > page_size else ""
+        tasks = []
+        for record in page:
+            task = _shaped(record.task, length)
+            if not include_artifacts:  # spec: omitted entirely unless asked for
+                task = task.model_copy(update={"artifacts": None})
+            tasks.append(task.to_json_dict())
+        return {
+            "tasks": tasks,
+            "nextPageToken": next_token,
+            "pageSize": page_size,
+            "totalSize": total,
+        }
+
+    # ---- task changes: every one goes through notifier.publish ----------------------------
+
+    async def _apply_status(
+        self, record: TaskRecord, state: TaskState, message: Message | None = None
+    ) -> None:
+        """Set the task's status and publish it. The caller holds ``record.lock``."""
+        status = TaskStatus(state=state, message=message, timestamp=utc_timestamp())
+        update: dict[str, Any] = {"status": status}
+        if message is not None:
+            update["history"] = [*(record.task.history or []), message]
+        record.task = record.task.model_copy(update=update)
+        await self.notifier.publish(
+            record.task.id,
+            TaskStatusUpdateEvent(
+                task_id=record.task.id, context_id=record.task.context_id or "", status=status
+            ),
+            task=record.task,
+        )
+        self._changed(record)
+
+    async def _status(self, record: TaskRecord, state: TaskState, text: str | None = None) -> None:
+        async with record.lock:
+            if record.state.is_terminal:  # canceled meanwhile: nothing more happens
+                raise asyncio.CancelledError
+            await self._apply_status(record, state, self._say(record, text) if text else None)
+
+    async def _artifact(
+        self, record: TaskRecord, artifact: Artifact, *, append: bool = False, last: bool = False
+    ) -> None:
+        async with record.lock:
+            if record.state.is_terminal:
+                raise asyncio.CancelledError
+            artifacts = list(record.task.artifacts or [])
+            existing = next(
+                (i for i, a in enumerate(artifacts) if a.artifact_id == artifact.artifact_id), None
+            )
+            if existing is None:
+                artifacts.append(artifact)
+            elif append:
+                old = artifacts[existing]
+                artifacts[existing] = old.model_copy(
+                    update={"parts": [*old.parts, *artifact.parts]}
+                )
+            else:
+                artifacts[existing] = artifact
+            record.task = record.task.model_copy(update={"artifacts": artifacts})
+            await self.notifier.publish(
+                record.task.id,
+                TaskArtifactUpdateEvent(
+                    task_id=record.task.id,
+                    context_id=record.task.context_id or "",
+                    artifact=artifact,
+                    append=True if append else None,
+                    last_chunk=True if last else None,
+                ),
+                task=record.task,
+            )
+            self._changed(record)
+
+    def _changed(self, record: TaskRecord) -> None:
+        self.tasks.touch(record)
+        woken, record.changed = record.changed, asyncio.Event()
+        woken.set()
+
+    def _say(self, record: TaskRecord, text: str) -> Message:
+        return Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.AGENT,
+            parts=[Part(text=text)],
+            task_id=record.task.id,
+            context_id=record.task.context_id,
+        )
+
+    # ---- skills --------------------------------------------------------------------------
+
+    def _start(self, record: TaskRecord, work: Awaitable[None]) -> None:
+        runner = asyncio.create_task(self._guarded(record, work), name=f"task-{record.task.id}")
+        record.runner = runner
+        self._runners.add(runner)
+        runner.add_done_callback(self._runners.discard)
+
+    async def _guarded(self, record: TaskRecord, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("skill %s of task %s failed", record.skill, record.task.id)
+            try:
+                await self._status(record, TaskState.FAILED, "Internal error in the mock agent.")
+            except (asyncio.CancelledError, Exception):
+                log.exception("could not mark task %s failed", record.task.id)
+
+    async def _pause(self) -> None:
+        await asyncio.sleep(self.step_delay)
+
+    async def _run(self, record: TaskRecord) -> None:
+        await self._pause()
+        skill = record.skill
+        if skill == "reject":
+            await self._status(
+                record, TaskState.REJECTED, "I won't do that: the reject skill always refuses."
+            )
+            return
+        if skill == "roll" and _DICE.fullmatch(record.subject) is None:
+            await self._status(
+                record,
+                TaskState.REJECTED,
+                f"roll needs NdM, e.g. 'roll 2d6' (1-{_MAX_DICE} dice of 2-{_MAX_SIDES} sides)",
+            )
+            return
+        await self._status(record, TaskState.WORKING)
+        await self._pause()
+        if skill == "roll":
+            await self._roll(record)
+        elif skill == "book":
+            what = record.subject or "a table"
+            await self._status(
+                record,
+                TaskState.INPUT_REQUIRED,
+                f"For which date should I book {what}? Reply with the same taskId.",
+            )
+        elif skill == "report":
+            await self._report(record)
+        elif skill == "fail":
+            await self._status(record, TaskState.FAILED, "The task failed, as asked.")
+        elif skill == "login":
+            await self._status(
+                record,
+                TaskState.AUTH_REQUIRED,
+                "Please sign in: reply with the same taskId to continue (a mock sign-in).",
+            )
+        else:
+            await self._echo(record)
+
+    async def _resume(self, record: TaskRecord, text: str) -> None:
+        """A follow-up message arrived for an interrupted task (now WORKING again)."""
+        await self._pause()
+        if record.skill == "book":
+            what = record.subject or "a table"
+            when = text.strip() or "the first free date"
+            order_id = f"ORD-{uuid.uuid4().hex[:8].upper()}"
+            await self._artifact(
+                record,
+                Artifact(
+                    artifact_id=str(uuid.uuid4()),
+                    name=ORDER,
+                    parts=[
+                        Part(text=f"Booked {what} for {when} (order {order_id})."),
+                        Part(data={"orderId": order_id, "item": what, "date": when}),
+                    ],
+                ),
+            )
+            await self._pause()
+            await self._status(record, TaskState.COMPLETED, f"Booked: order {order_id}.")
+        else:
+            await self._status(record, TaskState.COMPLETED, "Signed in. All done.")
+
+    async def _roll(self, record: TaskRecord) -> None:
+        match = _DICE.fullmatch(record.subject)
+        assert match is not None  # checked before WORKING
+        count = min(max(int(match.group(1)), 1), _MAX_DICE)
+        sides = min(max(int(match.group(2)), 2), _MAX_SIDES)
+        rolls = [random.randint(1, sides) for _ in range(count)]
+        dice = f"{count}d{sides}"
+        await self._artifact(
+            record,
+            Artifact(
+                artifact_id=str(uuid.uuid4()),
+                name=DICE_RESULT,
+                parts=[
+                    Part(text=f"{dice}: {' + '.join(map(str, rolls))} = {sum(rolls)}"),
+                    Part(data={"dice": dice, "rolls": rolls, "total": sum(rolls)}),
+                ],
+            ),
+        )
+        await self._pause()
+        await self._status(record, TaskState.COMPLETED, f"Rolled {dice}: {sum(rolls)}.")
+
+    async def _report(self, record: TaskRecord) -> None:
+        artifact_id = str(uuid.uuid4())
+        last = len(_REPORT_CHUNKS) - 1
+        for i, chunk in enumerate(_REPORT_CHUNKS):
+            if i:
+                await self._pause()
+            await self._artifact(
+                record,
+                Artifact(
+                    artifact_id=artifact_id,
+                    name=REPORT,
+                    parts=[Part(text=chunk, media_type="text/markdown")],
+                ),
+                append=i > 0,
+                last=i == last,
+            )
+        await self._pause()
+        await self._status(record, TaskState.COMPLETED, "The report is ready.")
+
+    async def _echo(self, record: TaskRecord) -> None:
+        text = _text_of((record.task.history or [])[0]) if record.task.history else ""
+        await self._artifact(
+            record,
+            Artifact(artifact_id=str(uuid.uuid4()), name=ECHO, parts=[Part(text=text or " ")]),
+        )
+        await self._pause()
+        await self._status(record, TaskState.COMPLETED)
+
+
+# ---- params helpers ------------------------------------------------------------------
+
+
+def _get(params: Mapping[str, Any], camel: str, snake: str) -> Any:
+    value = params.get(camel)
+    return params.get(snake) if value is None else value
+
+
+def _configuration(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    configuration = params.get("configuration")
+    if configuration is None:
+        return {}
+    if not isinstance(configuration, Mapping):
+        raise A2AError.invalid_params("configuration: must be a JSON object", "configuration")
+    return configuration
+
+
+def _flag(
+    params: Mapping[str, Any], camel: str, snake: str, default: bool, where: str = ""
+) -> bool:
+    value = _get(params, camel, snake)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        name = f"{where}{camel}"
+        raise A2AError.invalid_params(f"{name}: must be true or false", name)
+    return value
+
+
+def _history_length(params: Mapping[str, Any], name: str) -> int | None:
+    """``historyLength``: None = no limit, 0 = none, N = the N newest messages."""
+    leaf = name.rsplit(".", 1)[-1]
+    value = _get(params, leaf, "history_length")
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value.strip())  # ProtoJSON may send integers as strings
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise A2AError.invalid_params(f"{name}: must be a non-negative integer", name)
+    return value
+
+
+def _page_size(value: Any) -> int:
+    if value is None or value == "":
+        return DEFAULT_PAGE_SIZE
+    if isinstance(value, str) and value.strip().isdecimal():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PAGE_SIZE:
+        raise A2AError.invalid_params(
+            f"pageSize: must be an integer from 1 to {MAX_PAGE_SIZE}", "pageSize"
+        )
+    return value
+
+
+def _status_filter(value: Any) -> TaskState | None:
+    if value is None or value in ("", "TASK_STATE_UNSPECIFIED"):
+        return None
+    try:
+        return TaskState(value)
+    except ValueError:
+        raise A2AError.invalid_params(
+            "status: must be a task state such as TASK_STATE_WORKING", "status"
+        ) from None
+
+
+def _timestamp_filter(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is not None:
+                return moment
+    raise A2AError.invalid_params(
+        "statusTimestampAfter: must be an ISO 8601 time with an offset, e.g. 2025-10-27T10:00:00Z",
+        "statusTimestampAfter",
+    )
+
+
+def _status_time(task: Task) -> datetime:
+    return datetime.fromisoformat(task.status.timestamp or "1970-01-01T00:00:00Z")
+
+
+def _encode_page_token(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"tasks:{seq}".encode()).decode().rstrip("=")
+
+
+def _decode_page_token(token: Any) -> int | None:
+    if token is None or token == "":
+        return None
+    bad = A2AError.invalid_params(
+        "pageToken: is not a token from this agent's ListTasks; start without it", "pageToken"
+    )
+    if not isinstance(token, str):
+        raise bad
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad from None
+    prefix, _, number = text.partition(":")
+    if prefix != "tasks" or not number.isdecimal():
+        raise bad
+    return int(number)
+
+
+def _shaped(task: Task, history_length: int | None) -> Task:
+    """The task with at most ``history_length`` of its newest messages (None: all)."""
+    if history_length is None or task.history is None:
+        return task
+    history = task.history[-history_length:] if history_length else None
+    return task.model_copy(update={"history": history})
+
+
+def _text_of(message: Message) -> str:
+    return " ".join(p.text for p in message.parts if p.text is not None).strip()
+
+
+def _skill_of(message: Message) -> tuple[str, str]:
+    """(skill, its argument) from the message's text: the first word picks the skill."""
+    text = _text_of(message)
+    word, _, rest = text.partition(" ")
+    skill = word.lower()
+    if skill in ("roll", "book", "report", "fail", "reject", "login"):
+        return skill, rest.strip()
+    return ECHO, text
+
+
+def _state_name(state: TaskState) -> str:
+    return state.value.removeprefix("TASK_STATE_")
+
+
+# ---- the card and the application ----------------------------------------------------
+
+
+def agent_card(public_url: str) -> dict[str, Any]:
+    """The agent card (v1.0 fields, plus the v0.3 ``url`` for older clients)."""
+    base = public_url.rstrip("/")
+    endpoint = f"{base}/"
+    card: dict[str, Any] = {
+        "name": AGENT_NAME,
+        "description": "A small A2A agent for trying push notifications: rolls dice, books "
+        "things, writes reports, fails, rejects and asks you to log in.",
+        "version": AGENT_VERSION,
+        "supportedInterfaces": [
+            {"url": endpoint, "protocolBinding": "JSONRPC", "protocolVersion": VERSION_1_0},
+            {"url": endpoint, "protocolBinding": "JSONRPC", "protocolVersion": VERSION_0_3},
+        ],
+        # v0.3 clients read these instead of supportedInterfaces.
+        "url": endpoint,
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
+        "capabilities": {"streaming": False, "pushNotifications": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": [dict(skill) for skill in SKILLS],
+    }
+    return agent_card_push_fields(card, f"{base}{JWKS_PATH}")
+
+
+AGENT: Final = web.AppKey("a2a_push_mock_agent", MockAgent)
+
+
+def create_app(
+    *,
+    data_dir: Path | None,
+    allow_webhook_hosts: Sequence[str] = (),
+    public_url: str,
+    step_delay: float = DEFAULT_STEP_DELAY,
+) -> web.Application:
+    """The mock agent as an aiohttp application (the notifier starts and stops with it).
+
+    ``data_dir`` holds the SQLite outbox and the signing keys (None: a temporary folder,
+    removed at shutdown). ``allow_webhook_hosts``: SSRF allowlist entries (hosts, IPs,
+    CIDRs) webhooks may go to, e.g. ``127.0.0.1`` for a local receiver. ``public_url``
+    is the agent's base URL: the JWT issuer and the card's URLs.
+    """
+    policy = AddressPolicy(list(allow_webhook_hosts))
+    scratch: tempfile.TemporaryDirectory[str] | None = None
+    if data_dir is None:
+        scratch = tempfile.TemporaryDirectory(prefix="a2a-push-mock-agent-")
+        directory = Path(scratch.name)
+    else:
+        directory = Path(data_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+    notifier = PushNotifier.open(
+        directory / "push.db",
+        issuer=public_url.rstrip("/"),
+        data_dir=directory,
+        address_policy=policy,
+    )
+    agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay)
+    card = agent_card(public_url)
+
+    async def jsonrpc(request: web.Request) -> web.StreamResponse:
+        if request.content_type not in JSON_MEDIA_TYPES:
+            error = A2AError.content_type_not_supported(request.content_type)
+            return web.json_response(failure(None, error), status=415)
+        body = await request.read()
+        try:
+            rpc = parse_request(body)
+        except A2AError as err:
+            return web.json_response(failure(err.request_id, err))
+        try:
+            version = agent.version_for(request.headers.get(HEADER_A2A_VERSION), rpc.method)
+            owner = await agent.service.resolve_owner(request.headers)
+            result = await agent.call(rpc.method, rpc.params, owner=owner, version=version)
+        except A2AError as err:
+            response = failure(rpc.id, err)
+        except Exception:
+            log.exception("method %s failed", rpc.method)
+            response = failure(rpc.id, A2AError.internal_error())
+        else:
+            response = success(rpc.id, result)
+        if rpc.is_notification:
+            return web.Response(status=204)
+        return web.json_response(response)
+
+    async def card_route(request: web.Request) -> web.Response:
+        return web.json_response(card, headers={"Cache-Control": "max-age=60"})
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await notifier.start()
+        try:
+            yield
+        finally:
+            await agent.close()
+            await notifier.stop()
+            if scratch is not None:
+                scratch.cleanup()
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[AGENT] = agent
+    app.router.add_post("/", jsonrpc)
+    app.router.add_get("/.well-known/agent-card.json", card_route)
+    mount(app, agent.service, jsonrpc_path=None)  # REST push configs and the JWKS
+    add_metrics_route(app, notifier.metrics, "/metrics", before_scrape=notifier.refresh_metrics)
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def serve(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    data_dir: Path | None = None,
+    allow_webhook_hosts: Sequence[str] = (),
+    public_url: str | None = None,
+    step_delay: float = DEFAULT_STEP_DELAY,
+) -> int:
+    """Run the mock agent until interrupted; the exit code."""
+    shown_host = f"[{host}]" if ":" in host else host
+    url = (public_url or f"http://{shown_host}:{port}").rstrip("/")
+    app = create_app(
+        data_dir=data_dir,
+        allow_webhook_hosts=allow_webhook_hosts,
+        public_url=url,
+        step_delay=step_delay,
+    )
+    print(f"{AGENT_NAME}: JSON-RPC at {url}/, card at {url}/.well-known/agent-card.json")
+    if not allow_webhook_hosts:
+        print(
+            "note: webhooks to private or loopback addresses are refused; pass "
+            "--allow-webhook-host 127.0.0.1 for a receiver on this machine"
+        )
+    web.run_app(app, host=host, port=port, print=None)
+    return 0
+
+
+def build_parser(prog: str = "mock-agent") -> argparse.ArgumentParser:
+    """The mock agent's command-line options (also used by ``a2a-push mock-agent``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the outbox and signing keys here (default: a temporary folder)",
+    )
+    parser.add_argument(
+        "--allow-webhook-host",
+        action="append",
+        default=[],
+        metavar="HOST_OR_CIDR",
+        dest="allow_webhook_hosts",
+        help="let webhooks go to this host, IP or CIDR (repeat for several); e.g. "
+        "127.0.0.1 for a receiver on this machine",
+    )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the agent's base URL as clients see it (default: http://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--step-delay",
+        type=float,
+        default=DEFAULT_STEP_DELAY,
+        metavar="SECONDS",
+        help=f"pause between task steps (default: {DEFAULT_STEP_DELAY})",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return serve(
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            allow_webhook_hosts=args.allow_webhook_hosts,
+            public_url=args.public_url,
+            step_delay=args.step_delay,
+        )
+    except ValueError as exc:  # a bad --allow-webhook-host entry
+        print(f"mock-agent: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The a2a-sdk drop-in: an SDK agent (examples/a2a_sdk_agent.py) served on 127.0.0.1 pushes
+every task event to a local sink, in order, signed; joserfc checks the JWTs against the
+agent's JWKS. The config store round-trips through the SDK's own request handler."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("a2a.server.request_handlers")
+pytest.importorskip("starlette")
+
+import httpx
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.types import a2a_pb2
+from joserfc import jwk as jose_jwk
+from joserfc import jwt as jose_jwt
+
+from a2a_push.integrations.a2a_sdk import ANONYMOUS_OWNER, A2APushConfigStore
+from a2a_push.notifier import JWKS_PATH
+from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
+from a2a_push.testing import WebhookSink
+from examples.a2a_sdk_agent import RunningAgent, serve_agent
+
+A2A_HEADERS = {"A2A-Version": "1.0"}
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[WebhookSink]:
+    async with WebhookSink() as s:
+        yield s
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[RunningAgent]:
+    async with serve_agent("127.0.0.1", 0, allow_webhook_hosts=["127.0.0.1"]) as running:
+        yield running
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10) as c:
+        yield c
+
+
+async def rpc(client: httpx.AsyncClient, agent: RunningAgent, method: str, params: Any) -> Any:
+    response = await client.post(
+        agent.url,
+        headers=A2A_HEADERS,
+        json={"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params},
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def user_message(text: str) -> dict[str, Any]:
+    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+
+
+def event_of(body: bytes) -> tuple[str, dict[str, Any]]:
+    payload = json.loads(body)
+    assert len(payload) == 1, payload
+    return next(iter(payload.items()))
+
+
+async def test_sdk_agent_delivers_every_event_in_order_verified_by_joserfc(
+    sink: WebhookSink, agent: RunningAgent, client: httpx.AsyncClient
+) -> None:
+    hook = sink.url("/hook")
+    reply = await rpc(
+        client,
+        agent,
+        "SendMessage",
+        {
+            "message": user_message("roll 4"),
+            "configuration": {"taskPushNotificationConfig": {"url": hook, "token": "tok-1"}},
+        },
+    )
+    task = reply["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+
+    # task (submitted), working, 4 artifact updates, completed
+    await sink.wait_for(7, timeout=15, path="/hook")
+    webhooks = sink.on("/hook")
+    assert len(webhooks) == 7
+
+    jwks = (await client.get(agent.url.rstrip("/") + JWKS_PATH)).json()
+    keys = jose_jwk.KeySet.import_key_set(jwks)
+    algorithms = sorted({k["alg"] for k in jwks["keys"]})
+
+    seqs: list[int] = []
+    kinds: list[str] = []
+    states: list[str] = []
+    for webhook in webhooks:
+        token = webhook.header(HEADER_SIGNATURE)
+        assert token, "every webhook is signed"
+        claims = jose_jwt.decode(token, keys, algorithms).claims
+        assert claims["iss"] == agent.notifier.issuer
+        assert claims["aud"] == hook
+        assert claims["taskId"] == task["id"]
+        assert claims["configId"] == task["id"]  # the SDK defaults a config's id to the task's
+        assert claims["request_body_sha256"] == hashlib.sha256(webhook.body).hexdigest()
+        assert webhook.header(HEADER_NOTIFICATION_TOKEN) == "tok-1"
+        seqs.append(claims["seq"])
+        kind, event = event_of(webhook.body)
+        kinds.append(kind)
+        if kind in ("task", "statusUpdate"):
+            states.append(event["status"]["state"])
+
+    assert all(a < b for a, b in itertools.pairwise(seqs)), seqs
+    assert kinds == ["task", "statusUpdate", *["artifactUpdate"] * 4, "statusUpdate"]
+    assert states == ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+    rolls = [event_of(w.body)[1]["artifact"]["parts"][0]["text"] for w in webhooks[2:6]]
+    assert rolls == [p["text"] for p in task["artifacts"][0]["parts"]]
+
+
+async def test_config_store_round_trips_through_the_sdk_request_handler(
+    sink: WebhookSink, agent: RunningAgent, client: httpx.AsyncClient
+) -> None:
+    reply = await rpc(
+        client,
+        agent,
+        "SendMessage",
+        {
+            "message": user_message("roll 1"),
+            "configuration": {"taskPushNotificationConfig": {"url": sink.url("/inline")}},
+        },
+    )
+    task_id = reply["result"]["task"]["id"]
+
+    created = await rpc(
+        client,
+        agent,
+        "CreateTaskPushNotificationConfig",
+        {
+            "taskId": task_id,
+            "id": "second",
+            "url": sink.url("/second"),
+            "token": "tok-2",
+            "authentication": {"scheme": "Bearer", "credentials": "secret"},
+        },
+    )
+    assert created["result"] == {
+        "taskId": task_id,
+        "id": "second",
+        "url": sink.url("/second"),
+        "token": "tok-2",
+        "authentication": {"scheme": "Bearer", "credentials": "secret"},
+    }
+
+    got = await rpc(
+        client, agent, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "second"}
+    )
+    assert got["result"] == created["result"]
+
+    listed = await rpc(client, agent, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    by_id = {c["id"]: c for c in listed["result"]["configs"]}
+    assert set(by_id) == {task_id, "second"}
+    assert by_id[task_id]["url"] == sink.url("/inline")
+
+    # Stored by the notifier (durably, owner-scoped), not by the SDK.
+    stored = await agent.notifier.get_config(task_id, "second", ANONYMOUS_OWNER)
+    assert stored is not None and stored.token == "tok-2"
+
+    deleted = await rpc(
+        client, agent, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "second"}
+    )
+    assert "error" not in deleted
+    listed = await rpc(client, agent, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    assert [c["id"] for c in listed["result"]["configs"]] == [task_id]
+    assert await agent.notifier.get_config(task_id, "second", ANONYMOUS_OWNER) is None
+
+
+async def test_refused_webhook_url_is_an_invalid_params_error(
+    agent: RunningAgent, client: httpx.AsyncClient
+) -> None:
+    reply = await rpc(
+        client,
+        agent,
+        "SendMessage",
+        {
+            "message": user_message("roll 1"),
+            # not on the agent's allow list: the notifier's SSRF policy refuses it
+            "configuration": {"taskPushNotificationConfig": {"url": "http://10.1.2.3/hook"}},
+        },
+    )
+    assert reply["error"]["code"] == -32602, reply
+
+
+class NamedUser(User):
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+async def test_config_store_scopes_by_sdk_user_and_dispatch_sees_all_owners(
+    agent: RunningAgent,
+) -> None:
+    store = A2APushConfigStore(agent.notifier)
+    alice = ServerCallContext(user=NamedUser("alice"))
+    anonymous = ServerCallContext()
+    url = "http://127.0.0.1:9/hook"
+
+    returned = await store.set_info("task-x", a2a_pb2.TaskPushNotificationConfig(url=url), alice)
+    assert returned.id == "task-x" and returned.task_id == "task-x"
+    await store.set_info(
+        "task-x", a2a_pb2.TaskPushNotificationConfig(id="anon", url=url), anonymous
+    )
+
+    assert [c.id for c in await store.get_info("task-x", alice)] == ["task-x"]
+    assert [c.id for c in await store.get_info("task-x", anonymous)] == ["anon"]
+    assert sorted(c.id for c in await store.get_info_for_dispatch("task-x")) == ["anon", "task-x"]
+
+    await store.delete_info("task-x", anonymous)  # all of the caller's, none of alice's
+    assert await store.get_info("task-x", anonymous) == []
+    assert [c.id for c in await store.get_info("task-x", alice)] == ["task-x"]
