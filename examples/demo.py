@@ -1,16 +1,20 @@
-"""``make demo``: a dice-rolling agent's push notifications, end to end, in a few seconds.
+"""``make demo``: the mock A2A agent over HTTP, every push notification verified on arrival.
 
-An embedded :class:`~a2a_push.notifier.PushNotifier` (SQLite in a temporary folder) sends
-one task's lifecycle to two push configs on a local webhook receiver:
+The mock agent (:mod:`examples.mock_agent`, push notifications by a2a-push) runs in this
+process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Version:
+1.0``, an ``Authorization`` header naming the owner), and runs a local webhook sink:
 
-* ``plain`` — the receiver authenticates each webhook by its JWT (``X-A2A-Signature``)
-  against the notifier's JWKS;
-* ``stdwh`` — its token is a Standard Webhooks secret (``whsec_…``), so the receiver
-  checks the ``webhook-signature`` HMAC (and the JWT, for the sequence number). This
-  receiver is "down" for its first requests (503), to show retries and ordering.
+* ``roll 2d6``   two push configs: ``jwt`` (inline with SendMessage; the sink checks the
+  JWT in ``X-A2A-Signature`` against the agent's JWKS, fetched over HTTP, and the config's
+  token) and ``whsec`` (created with CreateTaskPushNotificationConfig; its token is a
+  Standard Webhooks secret, so the sink checks the ``webhook-signature`` HMAC too). The
+  ``whsec`` receiver is "down" for its first requests (503): retries, and order holds.
+* ``book …``     input-required; the demo answers with the same taskId; completed.
+* ``fail``       failed.
+* an echo task   canceled with CancelTask while it is working.
 
-Every check runs on the raw bytes the receiver got. The exit code is 0 only if every
-expected webhook arrived, verified, in order.
+Every check runs on the raw bytes the sink got. The exit code is 0 only if every expected
+webhook arrived, verified, in order (``seq`` strictly increasing per config).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import asyncio
 import io
 import itertools
 import logging
-import random
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -34,14 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
-from tenacity import wait_fixed
 
 from a2a_push.delivery.retry import RetryPolicy
-from a2a_push.delivery.ssrf import AddressPolicy
-from a2a_push.notifier import PushNotifier
+from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import (
     A2A_MEDIA_TYPE,
+    HEADER_A2A_VERSION,
+    HEADER_AUTHORIZATION,
     HEADER_CONTENT_TYPE,
     HEADER_NOTIFICATION_TOKEN,
     HEADER_SIGNATURE,
@@ -49,18 +54,13 @@ from a2a_push.protocol.constants import (
     HEADER_WEBHOOK_SIGNATURE,
     HEADER_WEBHOOK_TIMESTAMP,
     STANDARD_WEBHOOKS_SECRET_PREFIX,
+    VERSION_1_0,
 )
 from a2a_push.protocol.types import (
-    Artifact,
-    Message,
-    Part,
-    Role,
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
-    TaskPushNotificationConfig,
     TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a_push.signing import (
@@ -69,35 +69,38 @@ from a2a_push.signing import (
     standard_webhooks,
     verify_webhook_jwt,
 )
-from a2a_push.store import generate_key
+from examples.mock_agent import create_app
 
 Out = Callable[[str], object]
 
-ISSUER = "https://dice-agent.example"
-OWNER = "demo-client"
-ARTIFACT_NAME = "dice-result"
-OUTAGE_REQUESTS = 2  # the stdwh receiver answers 503 to this many requests first
-STEP_PAUSE = 0.3  # the agent "works" this long between events, so the timeline reads well
-DELIVERY_TIMEOUT = 15.0
+OWNER_AUTHORIZATION = "Bearer demo-client"  # the agent scopes tasks and configs to this
+STEP_DELAY = 0.15  # the agent pauses this long between steps
+OUTAGE_REQUESTS = 2  # the whsec receiver answers 503 to this many requests first
+FLOW_TIMEOUT = 10.0  # per flow: every expected webhook within this
+BOOKING = "a table for two"
+BOOKING_DATE = "friday 8pm"
 
-# The default schedule waits minutes to hours between durable retries; the demo shortens
-# it so it finishes in seconds. Same mechanism, smaller numbers.
-DEMO_RETRY = RetryPolicy(
-    quick_attempts=2,
-    quick_wait=wait_fixed(0.2),
-    schedule=(0.5, 1.0, 2.0),
-    jitter=0.1,
-)
-
-EXPECTED = (
+# What each config must receive, in this order (the mock agent's skills are deterministic).
+ROLL = (
     "task (submitted)",
     "statusUpdate (working)",
-    f"artifactUpdate ({ARTIFACT_NAME})",
+    "artifactUpdate (dice-result)",
     "statusUpdate (completed)",
 )
+BOOK = (
+    "task (submitted)",
+    "statusUpdate (working)",
+    "statusUpdate (input-required)",
+    "statusUpdate (working)",
+    "artifactUpdate (order)",
+    "statusUpdate (completed)",
+)
+FAIL = ("task (submitted)", "statusUpdate (working)", "statusUpdate (failed)")
+CANCEL = ("task (submitted)", "statusUpdate (working)", "statusUpdate (canceled)")
 
 NEXT_STEPS = (
     "Next: README.md — “Embedding the notifier” (publish from your agent),",
+    "      “Serving the A2A push-config methods” (what the agent served here),",
     "      “Verifying webhooks” (JWT/JWKS and Standard Webhooks on your receiver) and",
     "      “Delivery guarantees” (retries, ordering, dead letters).",
 )
@@ -130,23 +133,27 @@ class _Style:
     def bold(self, text: str) -> str:
         return self._wrap("1", text)
 
-
-_ROW = "{t:>7}  {who:<6}  {event:<28}  {attempt:>3}  {http:>4}  {latency:>8}  {check}"
-
-
-def _short_state(state: TaskState) -> str:
-    return state.value.removeprefix("TASK_STATE_").lower()
+    def client(self, text: str) -> str:
+        return self._wrap("36", text)
 
 
-def _label(response: StreamResponse) -> str:
+_ROW = "{t:>7}  {task:<4}  {who:<6}  {event:<29}  {http:>4}  {check}"
+
+
+def _state_name(state: TaskState | str) -> str:
+    return str(TaskState(state).value).removeprefix("TASK_STATE_").lower().replace("_", "-")
+
+
+def _label(response: StreamResponse) -> tuple[str, TaskState | None]:
+    """'statusUpdate (working)', and the state it reports (None for an artifact)."""
     event = response.event
     if isinstance(event, Task):
-        return f"task ({_short_state(event.status.state)})"
+        return f"task ({_state_name(event.status.state)})", event.status.state
     if isinstance(event, TaskStatusUpdateEvent):
-        return f"statusUpdate ({_short_state(event.status.state)})"
+        return f"statusUpdate ({_state_name(event.status.state)})", event.status.state
     if isinstance(event, TaskArtifactUpdateEvent):
-        return f"artifactUpdate ({event.artifact.name or event.artifact.artifact_id})"
-    return type(event).__name__
+        return f"artifactUpdate ({event.artifact.name or event.artifact.artifact_id})", None
+    return type(event).__name__, None
 
 
 # ---- the receiving side -----------------------------------------------------------------------
@@ -154,41 +161,74 @@ def _label(response: StreamResponse) -> str:
 
 @dataclass(frozen=True)
 class Accepted:
-    """A webhook the receiver verified and answered 2xx."""
+    """A webhook the sink verified and answered 2xx."""
 
     label: str
     seq: int
-    webhook_id: str
+    task_id: str
+    state: TaskState | None
 
 
 @dataclass
 class Route:
-    """One push config, as the receiver sees it."""
+    """One push config, as the sink sees it."""
 
-    name: str
-    path: str
-    config_id: str
-    secret: str | None  # a Standard Webhooks secret, or None for JWT-only
-    outage: int
+    flow: str  # the skill: roll, book, fail, echo
+    name: str  # also the config id
+    token: str
+    expected: tuple[str, ...]
+    outage: int = 0
+    follows: Route | None = None  # created later: its snapshot, then what `follows` got after
     url: str = ""
+    task_id: str = ""
     requests: int = 0
     attempts: Counter[str] = field(default_factory=Counter)  # per webhook-id
     accepted: list[Accepted] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    roll_sent: str | None = None  # the dice roll the agent published
-    roll_received: str | None = None  # ... and as the artifact webhook carried it
+    artifact_text: str | None = None  # the dice roll or the order, as the webhook carried it
+
+    @property
+    def path(self) -> str:
+        return f"/hooks/{self.flow}/{self.name}"
+
+    @property
+    def standard(self) -> bool:
+        return self.token.startswith(STANDARD_WEBHOOKS_SECRET_PREFIX)
 
     @property
     def verified_by(self) -> str:
-        return "Standard Webhooks + JWT" if self.secret else "JWT (JWKS)"
+        return "Standard Webhooks + JWT" if self.standard else "JWT (JWKS) + token"
 
     @property
     def retries(self) -> int:
         return sum(n - 1 for n in self.attempts.values())
 
+    @property
+    def labels(self) -> list[str]:
+        return [a.label for a in self.accepted]
 
-class DemoReceiver:
-    """A tiny webhook receiver: verifies each request on arrival and prints a timeline row.
+    @property
+    def done(self) -> bool:
+        """Failed, or its last webhook says the task is over (order is kept per config)."""
+        if self.failures:
+            return True
+        last = self.accepted[-1].state if self.accepted else None
+        return last is not None and last.is_terminal
+
+    def expected_labels(self) -> list[str]:
+        """A config created after the task started gets a snapshot of the task as it was,
+        then every event published after it (its ``seq`` is higher)."""
+        if self.follows is None or not self.accepted:
+            return list(self.expected)
+        first = self.accepted[0]
+        if not first.label.startswith("task ("):
+            return list(self.expected)
+        later = [a.label for a in self.follows.accepted if a.seq > first.seq]
+        return [first.label, *later]
+
+
+class DemoSink:
+    """A webhook receiver: verifies each request on arrival and prints a timeline row.
 
     It answers 503 to a route's first ``outage`` requests (a simulated outage), 401 when
     a check fails, 200 otherwise.
@@ -201,18 +241,16 @@ class DemoReceiver:
         self.style = style
         self.jwks: Mapping[str, Any] = {}
         self.issuer = ""
-        self.sent_at: dict[tuple[str, str], float] = {}  # (route, event label) -> publish time
-        self.settled = asyncio.Event()  # everything expected arrived, or something failed
-        self._runner: web.AppRunner | None = None
         self.base_url = ""
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         host, port = self._runner.addresses[0][:2]
         self.base_url = f"http://{host}:{port}"
         for route in self.routes.values():
@@ -223,64 +261,83 @@ class DemoReceiver:
             await self._runner.cleanup()
             self._runner = None
 
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``predicate()`` holds after some webhook; its value at the end."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._changed.wait()
+        except TimeoutError:
+            pass
+        return predicate()
+
+    def _notify(self) -> None:
+        woken, self._changed = self._changed, asyncio.Event()
+        woken.set()
+
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()  # verify these exact bytes; parse only after
         arrived = self.clock()
         route = self.routes.get(request.path)
         if route is None:
             return web.Response(status=404)
+        try:
+            return self._receive(route, request.headers, raw, arrived)
+        finally:
+            self._notify()
+
+    def _receive(
+        self, route: Route, headers: Mapping[str, str], raw: bytes, arrived: float
+    ) -> web.Response:
         route.requests += 1
-        webhook_id = request.headers.get(HEADER_WEBHOOK_ID, "?")
+        webhook_id = headers.get(HEADER_WEBHOOK_ID, "?")
         route.attempts[webhook_id] += 1
         attempt = route.attempts[webhook_id]
 
         label = "(unverified)"  # the body is not trusted, nor parsed, before it verifies
         try:
-            claims = self._verify(route, request.headers, raw)
+            claims = self._verify(route, headers, raw)
             response = StreamResponse.model_validate_json(raw)
-            label = _label(response)
+            label, state = _label(response)
             self._check_binding(route, claims, response)
         except (JWTVerificationError, StandardWebhooksVerificationError, ValueError) as exc:
             route.failures.append(f"rejected {label}: {exc}")
-            self._row(arrived, route, label, attempt, 401, self.style.bad(f"✗ FAILED: {exc}"))
-            self.settled.set()
+            self._row(arrived, route, label, 401, self.style.bad(f"✗ FAILED: {exc}"))
             return web.Response(status=401)
 
         seq = int(claims["seq"])
-        how = "HMAC + JWT" if route.secret else "JWT"
-        check = self.style.ok("signature verified ✓") + f" ({how}, seq {seq})"
+        how = "HMAC + JWT" if route.standard else "JWT + token"
+        check = self.style.ok("signature verified ✓") + f" {how} · seq {seq}"
         notes = []
         if attempt > 1:
-            # The first claim makes up to quick_attempts in-process; later ones come back
-            # from the outbox on the durable schedule.
-            kind = "quick" if attempt <= DEMO_RETRY.quick_attempts else "durable"
-            notes.append(f"{kind} retry")
-        if route.requests <= route.outage:
+            notes.append(f"retry {attempt - 1}")
+        outage = route.requests <= route.outage
+        if outage:
             notes.append("simulated outage")
         if notes:
             check += self.style.dim(" · " + ", ".join(notes))
-        if route.requests <= route.outage:
-            self._row(arrived, route, label, attempt, 503, check)
+        if outage:
+            self._row(arrived, route, label, 503, check)
             return web.Response(status=503)
-        route.accepted.append(Accepted(label, seq, webhook_id))
-        self._row(arrived, route, label, attempt, 200, check)
-        if all(len(r.accepted) >= len(EXPECTED) for r in self.routes.values()):
-            self.settled.set()
+        route.accepted.append(Accepted(label, seq, response.task_id or "", state))
+        self._row(arrived, route, label, 200, check)
         return web.Response(status=200)
 
     def _verify(self, route: Route, headers: Mapping[str, str], raw: bytes) -> dict[str, Any]:
         if headers.get(HEADER_CONTENT_TYPE) != A2A_MEDIA_TYPE:
             raise ValueError(f"Content-Type is {headers.get(HEADER_CONTENT_TYPE)!r}")
-        if route.secret is not None:
+        if route.standard:
             if HEADER_NOTIFICATION_TOKEN in headers:
                 raise ValueError("the whsec_ secret travelled in a header")
             standard_webhooks.verify(
-                route.secret,
+                route.token,
                 msg_id=headers.get(HEADER_WEBHOOK_ID, ""),
                 timestamp=headers.get(HEADER_WEBHOOK_TIMESTAMP, ""),
                 signature_header=headers.get(HEADER_WEBHOOK_SIGNATURE, ""),
                 body=raw,
             )
+        elif not secrets.compare_digest(headers.get(HEADER_NOTIFICATION_TOKEN, ""), route.token):
+            raise ValueError(f"{HEADER_NOTIFICATION_TOKEN} is not the config's token")
         token = headers.get(HEADER_SIGNATURE)
         if not token:
             raise ValueError(f"no {HEADER_SIGNATURE} header")
@@ -295,60 +352,125 @@ class DemoReceiver:
         self, route: Route, claims: Mapping[str, Any], response: StreamResponse
     ) -> None:
         """The signed claims must name this config and the task the body is about."""
-        if claims.get("configId") != route.config_id:
-            raise ValueError(f"JWT configId {claims.get('configId')!r} is not {route.config_id!r}")
+        if claims.get("configId") != route.name:
+            raise ValueError(f"JWT configId {claims.get('configId')!r} is not {route.name!r}")
         if claims.get("taskId") != response.task_id:
             raise ValueError(f"JWT taskId {claims.get('taskId')!r} does not match the body")
         event = response.event
         if isinstance(event, TaskArtifactUpdateEvent):
-            route.roll_received = next((p.text for p in event.artifact.parts if p.text), None)
+            route.artifact_text = next((p.text for p in event.artifact.parts if p.text), None)
 
-    def _row(
-        self, arrived: float, route: Route, label: str, attempt: int, status: int, check: str
-    ) -> None:
-        sent = self.sent_at.get((route.name, label))
-        latency = f"{(arrived - sent) * 1000:.0f} ms" if sent is not None else "—"
+    def _row(self, arrived: float, route: Route, label: str, status: int, check: str) -> None:
         http = str(status)
         if status >= 400:
             http = self.style.warn(http) if status == 503 else self.style.bad(http)
-            # keep the column aligned when colour codes add invisible characters
-            http = " " * (4 - len(str(status))) + http
+            http = " " * (4 - len(str(status))) + http  # colour codes are invisible
         self.out(
             _ROW.format(
                 t=f"{arrived:.3f}s",
+                task=route.flow,
                 who=route.name,
                 event=label,
-                attempt=attempt,
                 http=http,
-                latency=latency,
                 check=check,
             )
         )
 
 
-# ---- the demo ---------------------------------------------------------------------------------
+# ---- the client side --------------------------------------------------------------------------
 
 
-def _agent_row(out: Out, at: float, text: str) -> None:
-    out(f"{at:>6.3f}s  agent   {text}")
+class RpcError(Exception):
+    def __init__(self, method: str, error: Mapping[str, Any]) -> None:
+        super().__init__(f"{method}: error {error.get('code')}: {error.get('message')}")
 
 
-def _status(task: Task, state: TaskState, text: str | None = None) -> TaskStatusUpdateEvent:
-    message = None
-    if text is not None:
-        message = Message(
-            message_id=uuid.uuid4().hex, role=Role.AGENT, parts=[Part(text=text)], task_id=task.id
+class Client:
+    """A plain JSON-RPC client of the agent; each call is a timeline row."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        *,
+        clock: Callable[[], float],
+        out: Out,
+        style: _Style,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.clock = clock
+        self.out = out
+        self.style = style
+        self._ids = itertools.count(1)
+
+    def say(self, flow: str, text: str) -> None:
+        self.out(f"{self.clock():>6.3f}s  {flow:<4}  {self.style.client('client')}  {text}")
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Any:
+        request = {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+        headers = {HEADER_AUTHORIZATION: OWNER_AUTHORIZATION, HEADER_A2A_VERSION: VERSION_1_0}
+        async with self.session.post(self.url, json=request, headers=headers) as response:
+            body = await response.json()
+        if "error" in body:
+            raise RpcError(method, body["error"])
+        return body["result"]
+
+    async def send(
+        self, flow: str, text: str, route: Route | None = None, task_id: str | None = None
+    ) -> dict[str, Any]:
+        """SendMessage with ``returnImmediately``: the webhooks tell the rest."""
+        message: dict[str, Any] = {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+        }
+        configuration: dict[str, Any] = {"returnImmediately": True}
+        how = ["returnImmediately"]
+        if task_id:
+            message["taskId"] = task_id
+            how.append(f"same taskId {task_id[:8]}…")
+        if route is not None:
+            configuration["taskPushNotificationConfig"] = {
+                "id": route.name,
+                "url": route.url,
+                "token": route.token,
+            }
+            how.append(f"inline config {route.name}")
+        self.say(flow, self.style.client(f"→ SendMessage “{text}”") + f" ({', '.join(how)})")
+        result = await self.call(
+            "SendMessage", {"message": message, "configuration": configuration}
         )
-    return TaskStatusUpdateEvent(
-        task_id=task.id,
-        context_id=task.context_id or "",
-        status=TaskStatus(state=state, message=message),
-    )
+        task: dict[str, Any] = result["task"]
+        self.say(flow, f"← task {task['id'][:8]}… {_state_name(task['status']['state'])}")
+        return task
+
+    async def state(self, task_id: str) -> str:
+        task = await self.call("GetTask", {"id": task_id, "historyLength": 0})
+        return str(task["status"]["state"])
+
+    async def poll_state(self, task_id: str, state: TaskState, timeout: float) -> bool:
+        """Ask the agent (GetTask) until the task is in ``state``."""
+        return await self._poll(task_id, lambda s: s is state, timeout)
+
+    async def poll_terminal(self, task_id: str, timeout: float) -> bool:
+        """Ask the agent (GetTask) until the task is over."""
+        return await self._poll(task_id, lambda s: s.is_terminal, timeout)
+
+    async def _poll(
+        self, task_id: str, wanted: Callable[[TaskState], bool], timeout: float
+    ) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                # polling: the fallback when webhooks fail (what webhooks spare a client)
+                while not wanted(TaskState(await self.state(task_id))):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            return False
+        return True
 
 
-def _roll(rng: random.Random, dice: int = 2, sides: int = 6) -> tuple[list[int], str]:
-    rolls = [rng.randint(1, sides) for _ in range(dice)]
-    return rolls, f"{dice}d{sides} → {' + '.join(map(str, rolls))} = {sum(rolls)}"
+# ---- the demo ---------------------------------------------------------------------------------
 
 
 class _ForwardLogs(logging.Handler):
@@ -366,6 +488,23 @@ class _ForwardLogs(logging.Handler):
         self.out(self.style.bad(f"  ! {message}"))
 
 
+def _make_routes() -> list[Route]:
+    whsec = STANDARD_WEBHOOKS_SECRET_PREFIX + b64encode(secrets.token_bytes(24)).decode()
+
+    def token() -> str:
+        return f"tok-{secrets.token_urlsafe(12)}"
+
+    roll_jwt = Route("roll", "jwt", token(), ROLL)
+    roll_whsec = Route("roll", "whsec", whsec, ROLL, outage=OUTAGE_REQUESTS, follows=roll_jwt)
+    return [
+        roll_jwt,
+        roll_whsec,
+        Route("book", "jwt", token(), BOOK),
+        Route("fail", "jwt", token(), FAIL),
+        Route("echo", "jwt", token(), CANCEL),
+    ]
+
+
 async def run_demo(out: Out = print) -> int:
     """Run the demo, writing lines to ``out``; return the exit code (0: all verified)."""
     style = _Style(out is print and sys.stdout.isatty())
@@ -374,11 +513,7 @@ async def run_demo(out: Out = print) -> int:
     def clock() -> float:
         return time.perf_counter() - started
 
-    whsec = STANDARD_WEBHOOKS_SECRET_PREFIX + b64encode(secrets.token_bytes(24)).decode()
-    routes = [
-        Route("plain", "/hooks/plain", "plain", secret=None, outage=0),
-        Route("stdwh", "/hooks/stdwh", "stdwh", secret=whsec, outage=OUTAGE_REQUESTS),
-    ]
+    routes = _make_routes()
     problems: list[str] = []
     forward = _ForwardLogs(out, style, problems)
     library_log = logging.getLogger("a2a_push")
@@ -420,169 +555,220 @@ async def _run(
     clock: Callable[[], float],
     problems: list[str],
 ) -> None:
-    """Receiver up, notifier open, the agent's work published; then wait for delivery."""
-    receiver = DemoReceiver(routes, clock=clock, out=out, style=style)
-    await receiver.start()
+    """Agent and sink up, the JWKS fetched, then the four flows one after another."""
+    sink = DemoSink(routes, clock=clock, out=out, style=style)
+    await sink.start()
+    # Bind first, so the agent knows its own URL (the JWT issuer) before it starts.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    runner: web.AppRunner | None = None
     try:
-        notifier = PushNotifier.open(
-            tmp / "push.db",
-            issuer=ISSUER,
-            data_dir=tmp,
-            encryption_keys=[generate_key()],  # config secrets are sealed at rest
-            address_policy=AddressPolicy(allow_loopback=True),  # the receiver is on 127.0.0.1
-            retry=DEMO_RETRY,
+        sock.bind(("127.0.0.1", 0))
+        agent_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        app = create_app(
+            data_dir=tmp / "agent",
+            allow_webhook_hosts=["127.0.0.1"],
+            public_url=agent_url,
+            step_delay=STEP_DELAY,
         )
-        async with notifier:
-            receiver.jwks = notifier.jwks()  # a real receiver fetches /.well-known/jwks.json
-            receiver.issuer = notifier.issuer
-            _intro(out, style, tmp, receiver)
-            await _agent(notifier, receiver, routes, out, clock)
-            try:
-                await asyncio.wait_for(receiver.settled.wait(), DELIVERY_TIMEOUT)
-            except TimeoutError:
-                problems.append(f"not everything arrived within {DELIVERY_TIMEOUT:g} s")
-            await _until_outbox_settles(notifier, timeout=2.0)
-            dead = Counter(d.last_error or "?" for d in await notifier.dead_letters())
-            for error, count in dead.items():
-                problems.append(f"{count} webhook(s) dead-lettered by the notifier ({error})")
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            async with session.get(agent_url + JWKS_PATH) as response:
+                response.raise_for_status()
+                sink.jwks = await response.json()
+            sink.issuer = agent_url
+            _intro(out, style, tmp, agent_url, sink)
+            client = Client(session, agent_url + "/", clock=clock, out=out, style=style)
+            by_flow = {(r.flow, r.name): r for r in routes}
+            for flow in (_roll, _book, _fail, _cancel):
+                try:
+                    await flow(client, sink, by_flow, problems)
+                except (RpcError, aiohttp.ClientError) as exc:
+                    problems.append(str(exc))
+                    out(style.bad(f"  ✗ {exc}"))
     finally:
-        await receiver.stop()
+        if runner is not None:
+            await runner.cleanup()  # the agent's notifier stops with it
+        sock.close()
+        await sink.stop()
 
 
-async def _until_outbox_settles(notifier: PushNotifier, timeout: float) -> None:
-    """Wait (briefly) until nothing is pending, so the dead-letter count is complete."""
-    step = 0.05  # the store has no "drained" signal to wait on, so poll it
-    for _ in range(round(timeout / step)):
-        if not (await notifier.store.stats()).pending:
-            return
-        await asyncio.sleep(step)
+async def _settle(client: Client, sink: DemoSink, *routes: Route) -> None:
+    """Wait until each config of the flow got its last webhook. If a webhook did not verify,
+    ask the agent (GetTask) until the task is over instead, so the flows stay apart."""
+    await sink.wait_until(lambda: all(r.done for r in routes), FLOW_TIMEOUT)
+    if any(r.failures for r in routes):
+        await client.poll_terminal(routes[0].task_id, FLOW_TIMEOUT)
+        return
+    for route in routes:
+        if not route.done:
+            route.failures.append(f"no terminal webhook within {FLOW_TIMEOUT:g} s")
 
 
-def _intro(out: Out, style: _Style, tmp: Path, receiver: DemoReceiver) -> None:
-    default = RetryPolicy()
-    out(style.bold("a2a-push demo — durable, signed, retried, ordered A2A push notifications"))
-    out("")
-    out(f"  notifier   PushNotifier on SQLite in {tmp} (issuer {ISSUER})")
-    out(f"  receiver   {receiver.base_url} (loopback allowed explicitly for the demo)")
-    out("  config     plain → /hooks/plain: JWT (X-A2A-Signature) checked against the JWKS")
-    out("  config     stdwh → /hooks/stdwh: token whsec_…, Standard Webhooks HMAC (+ JWT);")
-    out(f"             this receiver answers 503 to its first {OUTAGE_REQUESTS} requests")
-    out(
-        f"  retries    shortened for the demo: {DEMO_RETRY.quick_attempts} quick attempts"
-        f" 0.2 s apart, then {DEMO_RETRY.describe()}"
-    )
-    out(
-        f"             (default: {default.quick_attempts} quick attempts,"
-        f" then {default.describe()})"
-    )
-    out("  latency    publish → arrival at the receiver, retry waits included")
-    out("")
-    header = _ROW.format(
-        t="time",
-        who="who",
-        event="event",
-        attempt="try",
-        http="HTTP",
-        latency="latency",
-        check="check",
-    )
-    out(header)
-    out("-" * len(header) + "-" * 30)
-
-
-async def _agent(
-    notifier: PushNotifier,
-    receiver: DemoReceiver,
-    routes: list[Route],
-    out: Out,
-    clock: Callable[[], float],
+async def _wait_for_state(
+    client: Client, sink: DemoSink, route: Route, label: str, state: TaskState
 ) -> None:
-    """What an agent does: create the task, register the client's configs, publish events."""
-    task = Task(
-        id=f"dice-{uuid.uuid4().hex[:8]}",
-        context_id=f"ctx-{uuid.uuid4().hex[:8]}",
-        status=TaskStatus(state=TaskState.SUBMITTED),
+    """The client learns the task's state from its webhook; if that does not verify, it
+    asks the agent instead (GetTask), so the demo can go on and report the failure."""
+    await sink.wait_until(lambda: route.failures != [] or label in route.labels, FLOW_TIMEOUT)
+    if label in route.labels:
+        return
+    if not await client.poll_state(route.task_id, state, FLOW_TIMEOUT):
+        raise RpcError("GetTask", {"message": f"task never reached {_state_name(state)}"})
+
+
+async def _roll(
+    client: Client, sink: DemoSink, routes: Mapping[tuple[str, str], Route], problems: list[str]
+) -> None:
+    jwt, whsec = routes["roll", "jwt"], routes["roll", "whsec"]
+    task = await client.send("roll", "roll 2d6", jwt)
+    jwt.task_id = whsec.task_id = task["id"]
+    client.say(
+        "roll",
+        client.style.client(f"→ CreateTaskPushNotificationConfig {whsec.name}")
+        + " (token whsec_…: Standard Webhooks)",
     )
-    _agent_row(out, clock(), f"task {task.id} submitted: “roll 2d6”")
-
-    for route in routes:
-        receiver.sent_at[(route.name, EXPECTED[0])] = clock()
-        await notifier.register_config(
-            TaskPushNotificationConfig(id=route.config_id, url=route.url, token=route.secret),
-            owner=OWNER,
-            task_id=task.id,
-            task=task,  # the first webhook to a new config is a snapshot of the task
-        )
-        _agent_row(out, clock(), f"registered config {route.name} → task snapshot queued")
-
-    def stamp(label: str) -> None:
-        at = clock()
-        for route in routes:
-            receiver.sent_at[(route.name, label)] = at
-
-    await asyncio.sleep(STEP_PAUSE)
-    stamp(EXPECTED[1])
-    result = await notifier.publish(task.id, _status(task, TaskState.WORKING, "Rolling 2d6…"))
-    _agent_row(out, clock(), f"publish {EXPECTED[1]}: seq {result.seq}, durable")
-
-    await asyncio.sleep(STEP_PAUSE)
-    rolls, text = _roll(random.Random())
-    artifact = Artifact(
-        artifact_id=f"{ARTIFACT_NAME}-{task.id}",
-        name=ARTIFACT_NAME,
-        parts=[Part(text=text), Part(data={"dice": "2d6", "rolls": rolls, "total": sum(rolls)})],
+    created = await client.call(
+        "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "id": whsec.name, "url": whsec.url, "token": whsec.token},
     )
-    stamp(EXPECTED[2])
-    result = await notifier.publish(
-        task.id,
-        TaskArtifactUpdateEvent(
-            task_id=task.id, context_id=task.context_id or "", artifact=artifact, last_chunk=True
-        ),
+    client.say(
+        "roll",
+        f"← config {created['id']} created; its first webhook is a snapshot of the task as it"
+        " is now",
     )
-    _agent_row(out, clock(), f"publish {EXPECTED[2]} “{text}”: seq {result.seq}, durable")
-    for route in routes:
-        route.roll_sent = text
+    await _settle(client, sink, jwt, whsec)
+    done = await client.call("GetTask", {"id": task["id"], "historyLength": 0})
+    result = _artifact_text(done, "dice-result")
+    client.say("roll", f"← GetTask: {_state_name(done['status']['state'])}, “{result}”")
+    for route in (jwt, whsec):
+        if route.artifact_text is not None and route.artifact_text != result:
+            problems.append(
+                f"roll/{route.name}: the webhook carried {route.artifact_text!r},"
+                f" the task {result!r}"
+            )
 
-    await asyncio.sleep(STEP_PAUSE)
-    stamp(EXPECTED[3])
-    result = await notifier.publish(task.id, _status(task, TaskState.COMPLETED, text))
-    _agent_row(out, clock(), f"publish {EXPECTED[3]}: seq {result.seq}, durable")
+
+async def _book(
+    client: Client, sink: DemoSink, routes: Mapping[tuple[str, str], Route], problems: list[str]
+) -> None:
+    route = routes["book", "jwt"]
+    task = await client.send("book", f"book {BOOKING}", route)
+    route.task_id = task["id"]
+    await _wait_for_state(
+        client, sink, route, "statusUpdate (input-required)", TaskState.INPUT_REQUIRED
+    )
+    client.say("book", "the agent asks for a date (input-required): the client answers")
+    await client.send("book", BOOKING_DATE, task_id=task["id"])
+    await _settle(client, sink, route)
+    done = await client.call("GetTask", {"id": task["id"], "historyLength": 0})
+    order = _artifact_text(done, "order")
+    client.say("book", f"← GetTask: {_state_name(done['status']['state'])}, “{order}”")
+    if BOOKING_DATE not in order:
+        problems.append(f"book: the order does not name the date: {order!r}")
+
+
+async def _fail(
+    client: Client, sink: DemoSink, routes: Mapping[tuple[str, str], Route], problems: list[str]
+) -> None:
+    route = routes["fail", "jwt"]
+    task = await client.send("fail", "fail", route)
+    route.task_id = task["id"]
+    await _settle(client, sink, route)
+
+
+async def _cancel(
+    client: Client, sink: DemoSink, routes: Mapping[tuple[str, str], Route], problems: list[str]
+) -> None:
+    route = routes["echo", "jwt"]
+    task = await client.send("echo", "take your time", route)
+    route.task_id = task["id"]
+    await _wait_for_state(client, sink, route, "statusUpdate (working)", TaskState.WORKING)
+    client.say("echo", client.style.client("→ CancelTask") + f" {task['id'][:8]}… (it is working)")
+    canceled = await client.call("CancelTask", {"id": task["id"]})
+    client.say("echo", f"← task {task['id'][:8]}… {_state_name(canceled['status']['state'])}")
+    await _settle(client, sink, route)
+
+
+def _artifact_text(task: Mapping[str, Any], name: str) -> str:
+    for artifact in task.get("artifacts") or []:
+        if artifact.get("name") == name:
+            return next((p["text"] for p in artifact["parts"] if "text" in p), "")
+    return ""
+
+
+def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -> None:
+    default = RetryPolicy()
+    kids = ", ".join(str(k.get("kid", "?"))[:12] for k in sink.jwks.get("keys", []))
+    out(style.bold("a2a-push demo — an A2A agent's push notifications, signed, retried, ordered"))
+    out("")
+    out(f"  agent      examples/mock_agent.py at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
+    out(f"             its outbox and keys in {tmp}")
+    out(f"  client     plain JSON-RPC, Authorization: {OWNER_AUTHORIZATION} (the owner)")
+    out(f"  JWKS       fetched from {agent_url}{JWKS_PATH}: kid {kids}")
+    out(f"  sink       {sink.base_url}/hooks/… checks every webhook on arrival:")
+    out("             jwt   → the JWT (X-A2A-Signature) against the JWKS + the config's token")
+    out("             whsec → token whsec_…: the Standard Webhooks HMAC + the JWT; answers 503")
+    out(f"                     to its first {OUTAGE_REQUESTS} requests (retries; order holds)")
+    out(
+        f"  retries    the agent's default policy: {default.quick_attempts} quick attempts,"
+        f" then {default.describe()}"
+    )
+    out("")
+    header = _ROW.format(t="time", task="task", who="from", event="event", http="HTTP", check="")
+    out(header + "check")
+    out("-" * (len(header) + 40))
 
 
 def _summarise(routes: list[Route], problems: list[str], out: Out, style: _Style) -> int:
     """Print the table and the verdict; return the exit code."""
-    rows = [("config", "verified by", "webhooks", "retries", "all verified", "order (seq)")]
+    rows = [
+        (
+            "task",
+            "config",
+            "verified by",
+            "webhooks",
+            "retries",
+            "all verified",
+            "order (seq)",
+            "final state",
+        )
+    ]
     failed = list(problems)
     for route in routes:
-        labels = [a.label for a in route.accepted]
+        where = f"{route.flow}/{route.name}"
+        expected = route.expected_labels()
+        labels = route.labels
         seqs = [a.seq for a in route.accepted]
-        in_order = all(a < b for a, b in itertools.pairwise(seqs)) and labels == sorted(
-            labels, key=lambda label: EXPECTED.index(label) if label in EXPECTED else -1
-        )
+        in_order = all(a < b for a, b in itertools.pairwise(seqs))
         # Each distinct failure once, with how often it happened.
         for failure, times in Counter(route.failures).items():
-            failed.append(f"{route.name}: {failure}" + (f" ({times} times)" if times > 1 else ""))
-        missing = [label for label in EXPECTED if label not in labels]
+            failed.append(f"{where}: {failure}" + (f" ({times} times)" if times > 1 else ""))
+        missing = [label for label in expected if label not in labels]
         if missing:
-            failed.append(f"{route.name}: never accepted: {', '.join(missing)}")
-        elif labels != list(EXPECTED):
-            failed.append(f"{route.name}: accepted {labels}, expected {list(EXPECTED)}")
+            failed.append(f"{where}: never accepted: {', '.join(missing)}")
+        elif labels != expected:
+            failed.append(f"{where}: accepted {labels}, expected {expected}")
         if not in_order:
-            failed.append(f"{route.name}: out of order (seq {', '.join(map(str, seqs))})")
-        if route.roll_received is not None and route.roll_received != route.roll_sent:
-            failed.append(
-                f"{route.name}: the artifact carried {route.roll_received!r},"
-                f" not {route.roll_sent!r}"
-            )
+            failed.append(f"{where}: out of order (seq {', '.join(map(str, seqs))})")
+        strangers = {a.task_id for a in route.accepted} - {route.task_id}
+        if strangers:
+            failed.append(f"{where}: webhooks about another task: {', '.join(sorted(strangers))}")
+        last = route.accepted[-1].state if route.accepted else None
+        final = _state_name(last) if last is not None and last.is_terminal else "—"
         order = " < ".join(map(str, seqs)) + (" ✓" if in_order else " ✗") if seqs else "—"
         rows.append(
             (
+                route.flow,
                 route.name,
                 route.verified_by,
-                f"{len(route.accepted)}/{len(EXPECTED)}",
+                f"{len(route.accepted)}/{len(expected)}",
                 str(route.retries),
-                "NO ✗" if route.failures else "yes ✓",
+                "NO ✗" if route.failures or not route.accepted else "yes ✓",
                 order,
+                final,
             )
         )
 
@@ -615,7 +801,7 @@ def _summarise(routes: list[Route], problems: list[str], out: Out, style: _Style
 def main() -> int:
     encoding = getattr(sys.stdout, "encoding", None) or "ascii"
     try:
-        "✓✗→—“”…".encode(encoding)
+        "✓✗→←—“”…".encode(encoding)
     except (LookupError, UnicodeEncodeError):
         if isinstance(sys.stdout, io.TextIOWrapper):
             sys.stdout.reconfigure(errors="replace")
