@@ -193,7 +193,7 @@ async def run(p: B2Params | None = None) -> dict[str, Any]:
     ok = missing == 0 and p99 <= p.target_p99_ms
     say(
         f"  deliveries deferred without an attempt while measured: {deferred} "
-        "(endpoint at its in-flight cap: each waits 0.25 s, and its lane behind it)"
+        "(endpoint at its in-flight cap: handed back to the outbox, claimed again later)"
     )
     say()
     say(

@@ -222,7 +222,7 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
     say(f"  delivery outcomes:  {fmt_counts(outcomes)}")
     say(
         "  deferred: deliveries pushed back without an attempt during the phase (endpoint at "
-        "its in-flight cap: +0.25 s; breaker open); phase 2 counts blackhole ones too"
+        "its in-flight cap: handed back; breaker open); phase 2 counts blackhole ones too"
     )
     if alone.deferred:
         say(

@@ -66,7 +66,7 @@ def defaults_line() -> str:
     return (
         f"defaults in effect: DispatcherOptions(concurrency={o.concurrency}, "
         f"per_endpoint={o.per_endpoint}, claim_batch={o.claim_batch}, "
-        f"endpoint_busy_delay={o.endpoint_busy_delay:g} s, poll_interval={o.poll_interval:g} s)"
+        f"poll_interval={o.poll_interval:g} s)"
     )
 
 

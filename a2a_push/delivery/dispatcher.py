@@ -41,8 +41,6 @@ class DispatcherOptions:
     drain_timeout: float = 20.0
     # A config whose deliveries have failed without a success for this long is disabled.
     disable_after: float = 5 * 24 * 3600.0
-    # How long to push back work for an endpoint that is at its in-flight cap.
-    endpoint_busy_delay: float = 0.25
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.per_endpoint < 1 or self.claim_batch < 1:
@@ -320,7 +318,10 @@ class Dispatcher:
         except A2APushError as exc:
             result = exc
         except _EndpointBusy:
-            await self._defer(delivery, time.time() + self.options.endpoint_busy_delay)
+            # Hand the lane back, due at once: the claim loop skips saturated endpoints
+            # and picks it up again as soon as this one has room.
+            await self.store.release([delivery.id], worker_id=self.worker_id)
+            self.metrics.deliveries.labels("deferred").inc()
             return None
         if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
             # Only now pay for tenacity's loop; it sees the first outcome as its first try.
