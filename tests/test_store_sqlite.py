@@ -138,3 +138,37 @@ def test_open_store_urls(tmp_path: Path) -> None:
         open_store("sqlite://")
     with pytest.raises(ValueError, match="unsupported"):
         open_store("mysql://x")
+
+
+async def test_a_write_lock_held_elsewhere_is_waited_for_without_blocking(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+    import time
+
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db) as store:
+        await store.put_config(config(id="a"))
+        locked, release = threading.Event(), threading.Event()
+
+        def other_process_writing() -> None:
+            conn = sqlite3.connect(db, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(5)
+            conn.execute("COMMIT")
+            conn.close()
+
+        holder = threading.Thread(target=other_process_writing)
+        holder.start()
+        await asyncio.to_thread(locked.wait, 5)
+        publish = asyncio.create_task(
+            store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+        )
+        started = time.monotonic()
+        await asyncio.sleep(0.2)  # the event loop keeps running meanwhile
+        assert time.monotonic() - started < 0.5
+        assert not publish.done()
+        release.set()
+        seq, delivered_ids = await asyncio.wait_for(publish, 5)
+        assert seq == 1 and len(delivered_ids) == 1
+        await asyncio.to_thread(holder.join)

@@ -32,8 +32,8 @@ log = logging.getLogger("a2a_push.dispatcher")
 
 @dataclass(frozen=True)
 class DispatcherOptions:
-    concurrency: int = 128
-    per_endpoint: int = 8
+    concurrency: int = 256
+    per_endpoint: int = 16
     claim_batch: int = 64
     lease_seconds: float = 120.0
     poll_interval: float = 1.0
