@@ -46,7 +46,6 @@ T = TypeVar("T")
 _Q = queries("sqlite")
 _MAX_BATCH = 512
 _CHECKPOINT_INTERVAL = 1.0  # seconds
-_BATCH_WINDOW = 0.0005  # seconds a woken writer waits for more writes to join its batch
 _CHECKPOINT_MIN_BATCHES = 1  # checkpoint after any write since the last one
 
 log = logging.getLogger("a2a_push.store.sqlite")
@@ -193,10 +192,6 @@ class SQLiteStore(Store):
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            if _BATCH_WINDOW > 0:
-                # Let the other ready tasks queue their writes first: one commit for all
-                # of them costs far less than one each (a commit writes whole pages).
-                await asyncio.sleep(_BATCH_WINDOW)
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
