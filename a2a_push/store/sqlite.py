@@ -541,26 +541,16 @@ class SQLiteStore(Store):
         return self._delivery_from_row(rows[0]) if rows else None
 
     async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
-        clauses: list[str] = ["1 = 1"]
-        params: list[object] = []
-        if flt.state is not None:
-            clauses.append("state = ?")
-            params.append(flt.state.value)
-        if flt.task_id is not None:
-            clauses.append("task_id = ?")
-            params.append(flt.task_id)
-        if flt.config_key is not None:
-            clauses.append("config_key = ?")
-            params.append(flt.config_key)
-        if flt.created_after is not None:
-            clauses.append("created_at >= ?")
-            params.append(flt.created_after)
-        if flt.created_before is not None:
-            clauses.append("created_at < ?")
-            params.append(flt.created_before)
-        if flt.after_id is not None:
-            clauses.append("id > ?")
-            params.append(flt.after_id)
+        conditions = (
+            ("state = ?", flt.state.value if flt.state is not None else None),
+            ("task_id = ?", flt.task_id),
+            ("config_key = ?", flt.config_key),
+            ("created_at >= ?", flt.created_after),
+            ("created_at < ?", flt.created_before),
+            ("id > ?", flt.after_id),
+        )
+        clauses = ["1 = 1"] + [c for c, value in conditions if value is not None]
+        params: list[object] = [value for _, value in conditions if value is not None]
         # Only fixed clause strings are joined; every value is a bound parameter.
         sql = f"SELECT * FROM deliveries WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ?"
         rows = await self._read(sql, [*params, flt.limit])
