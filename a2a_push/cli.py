@@ -221,6 +221,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mock_agent.set_defaults(handler=_cmd_mock_agent)
 
+    receiver = command(
+        commands,
+        "receiver",
+        "run the receiver (verify webhooks, GetTask, REST + SSE for apps)",
+        description="Run the receiver: it subscribes to tasks on agents, verifies every "
+        "webhook, fetches each task with GetTask, stores it and serves it to clients. "
+        "Settings come from --config, then A2A_RECEIVER_* environment variables, then flags.",
+    )
+    from receiver import cli as receiver_cli
+
+    receiver_cli.add_arguments(receiver)
+    receiver.set_defaults(handler=receiver_cli.run)
+
     # keys ------------------------------------------------------------------------------
     keys = command(
         commands,

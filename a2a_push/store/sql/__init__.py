@@ -10,17 +10,26 @@ _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
 @cache
-def queries(backend: str) -> dict[str, str]:
-    """The named queries of ``sql/<backend>/queries.sql`` ("-- name: x" blocks)."""
-    text = resources.files(__package__).joinpath(backend, "queries.sql").read_text("utf-8")
+def queries(backend: str, package: str = __package__) -> dict[str, str]:
+    """The named queries of ``<package>/<backend>/queries.sql`` ("-- name: x" blocks)."""
+    text = resources.files(package).joinpath(backend, "queries.sql").read_text("utf-8")
     parts = _NAME.split(text)
-    return {name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2])}
+    return {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _statement(body: str) -> str:
+    """A query's text without the blank and comment lines after it (a section heading
+    before the next query) and without its final semicolon."""
+    lines = body.strip().splitlines()
+    while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+        lines.pop()
+    return "\n".join(lines).strip().rstrip(";")
 
 
 @cache
-def migrations(backend: str) -> list[tuple[int, str]]:
-    """Ordered (version, script) pairs from ``sql/<backend>/NNNN_*.sql``."""
-    folder = resources.files(__package__).joinpath(backend)
+def migrations(backend: str, package: str = __package__) -> list[tuple[int, str]]:
+    """Ordered (version, script) pairs from ``<package>/<backend>/NNNN_*.sql``."""
+    folder = resources.files(package).joinpath(backend)
     found = []
     for entry in folder.iterdir():
         name = entry.name

@@ -1,0 +1,141 @@
+"""Calls from the receiver to an agent: GetTask and the push-config methods (JSON-RPC)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any, Final
+
+import aiohttp
+
+from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
+from a2a_push.protocol.v03 import task_from_v03
+
+from .settings import AgentSettings
+
+_METHOD_NOT_FOUND: Final = -32601
+_TASK_NOT_FOUND: Final = -32001
+_MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
+
+_V03_NAMES: Final = {
+    "GetTask": "tasks/get",
+    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+    "DeleteTaskPushNotificationConfig": "tasks/pushNotificationConfig/delete",
+}
+
+
+class AgentCallError(Exception):
+    """An agent call failed. ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool, code: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.code = code
+
+    @property
+    def task_not_found(self) -> bool:
+        return self.code == _TASK_NOT_FOUND
+
+
+class AgentClient:
+    """JSON-RPC client for one agent, sharing the receiver's HTTP session."""
+
+    _ids = itertools.count(1)
+
+    def __init__(
+        self, agent: AgentSettings, session: aiohttp.ClientSession, *, timeout: float = 15.0
+    ) -> None:
+        self.agent = agent
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(5.0, timeout))
+
+    @property
+    def _v03(self) -> bool:
+        return self.agent.protocol_version == VERSION_0_3
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        """Call ``method`` (its v1.0 name) and return the JSON-RPC result."""
+        name = _V03_NAMES.get(method, method) if self._v03 else method
+        headers = {
+            "Content-Type": "application/json",
+            HEADER_A2A_VERSION: VERSION_0_3 if self._v03 else VERSION_1_0,
+        }
+        if self.agent.credentials is not None:
+            headers["Authorization"] = self.agent.credentials.get_secret_value()
+        payload = {"jsonrpc": "2.0", "id": next(self._ids), "method": name, "params": params}
+        try:
+            async with self._session.post(
+                self.agent.url,
+                data=json.dumps(payload).encode(),
+                headers=headers,
+                timeout=self._timeout,
+                allow_redirects=False,
+            ) as resp:
+                raw = await resp.content.read(_MAX_RESPONSE_BYTES + 1)
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AgentCallError(
+                f"{method} to {self.agent.url} failed: {type(exc).__name__}: {exc}",
+                retryable=True,
+            ) from exc
+        if status >= 500 or status in (408, 425, 429):
+            raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=True)
+        if len(raw) > _MAX_RESPONSE_BYTES:
+            raise AgentCallError(f"{method}: the agent's response is too large", retryable=False)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise AgentCallError(
+                f"{method}: the agent answered HTTP {status} without a JSON-RPC body",
+                retryable=False,
+            ) from None
+        if not isinstance(data, dict):
+            raise AgentCallError(f"{method}: not a JSON-RPC response", retryable=False)
+        error = data.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            raise AgentCallError(
+                f"{method}: agent error {code}: {error.get('message')}",
+                retryable=code == -32603,
+                code=code if isinstance(code, int) else None,
+            )
+        if status != 200 or "result" not in data:
+            raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=False)
+        return data["result"]
+
+    async def get_task(self, task_id: str, history_length: int | None = None) -> dict[str, Any]:
+        """The task as a v1.0 JSON object (a v0.3 agent's answer is converted)."""
+        params: dict[str, Any] = {"id": task_id}
+        length = history_length if history_length is not None else self.agent.history_length
+        if length is not None:
+            params["historyLength"] = length
+        result = await self.call("GetTask", params)
+        if not isinstance(result, dict):
+            raise AgentCallError("GetTask: the result is not a task object", retryable=False)
+        if self._v03:
+            return task_from_v03(result).to_json_dict()
+        if result.get("id") != task_id:
+            raise AgentCallError("GetTask: the agent returned another task", retryable=False)
+        return result
+
+    async def create_push_config(
+        self, task_id: str, config_id: str, url: str, token: str
+    ) -> dict[str, Any]:
+        if self._v03:
+            params: dict[str, Any] = {
+                "taskId": task_id,
+                "pushNotificationConfig": {"id": config_id, "url": url, "token": token},
+            }
+        else:
+            params = {"taskId": task_id, "id": config_id, "url": url, "token": token}
+        result = await self.call("CreateTaskPushNotificationConfig", params)
+        if not isinstance(result, dict):
+            raise AgentCallError("CreateTaskPushNotificationConfig: bad result", retryable=False)
+        return result
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> None:
+        if self._v03:
+            params = {"id": task_id, "pushNotificationConfigId": config_id}
+        else:
+            params = {"taskId": task_id, "id": config_id}
+        await self.call("DeleteTaskPushNotificationConfig", params)

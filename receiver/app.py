@@ -1,0 +1,737 @@
+"""The receiver: webhook endpoint, subscriptions, client API (REST + SSE), health, metrics.
+
+``Receiver`` is the embeddable core (``await receiver.handle_webhook(...)``,
+``receiver.on_update(callback)``); ``create_app(settings)`` wraps it in an aiohttp
+application; ``python -m receiver`` / ``a2a-push receiver`` run that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import inspect
+import json
+import logging
+import os
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from a2a_push.endpoints import endpoint_of
+from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
+from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
+
+from .agent_client import AgentCallError, AgentClient
+from .fetcher import TaskFetcher
+from .metrics import ReceiverMetrics
+from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings
+from .sqlite_store import SQLiteReceiverStore
+from .store import Notification, ReceiverStore, Subscription, SubscriptionState, TaskEvent
+from .verify import (
+    AuthMethod,
+    JWKSCache,
+    VerifiedWebhook,
+    VerifyPolicy,
+    WebhookRejected,
+    WebhookVerifier,
+    check_token,
+    presented_jwt,
+    presented_token,
+    token_digest,
+    unverified_issuer,
+)
+
+log = logging.getLogger(__name__)
+
+JSON_TYPES: Final = frozenset({A2A_MEDIA_TYPE, "application/json"})
+KEEPALIVE_SECONDS: Final = 15.0
+API_KEYS_FILE: Final = "api-keys.json"
+_EVENTS_PAGE: Final = 500
+_V03_KINDS: Final = {
+    "task": "task",
+    "status-update": "statusUpdate",
+    "artifact-update": "artifactUpdate",
+}
+
+UpdateCallback = Callable[[TaskEvent], Awaitable[None] | None]
+
+
+class ClientError(Exception):
+    """A client API request was refused: HTTP ``status`` with a JSON error body."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def error_body(reason: str, message: str) -> dict[str, str]:
+    return {"error": reason, "message": message}
+
+
+class _RateLimiter:
+    """A token bucket per agent: ``rate`` webhooks/s with a burst of one second's worth."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, key: str) -> bool:
+        if self.rate <= 0:
+            return True
+        now = time.monotonic()
+        tokens, at = self._buckets.get(key, (self.rate, now))
+        tokens = min(self.rate, tokens + (now - at) * self.rate)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1, now)
+        return True
+
+
+def _body_task(body: bytes) -> tuple[str, str]:
+    """(kind, task id) of a webhook body: a StreamResponse or a bare v0.3 Task."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise WebhookRejected(400, "malformed", "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise WebhookRejected(400, "malformed", "the body is not a JSON object")
+    variants = [k for k in ("task", "statusUpdate", "artifactUpdate", "message") if k in data]
+    if len(variants) > 1:
+        raise WebhookRejected(400, "malformed", "a StreamResponse has exactly one payload")
+    if variants:
+        kind = variants[0]
+        payload = data[kind]
+        if not isinstance(payload, dict):
+            raise WebhookRejected(400, "malformed", f"{kind} is not an object")
+        task_id = payload.get("id") if kind == "task" else payload.get("taskId")
+    else:
+        v03_kind = data.get("kind")
+        kinds = {
+            "task": "task",
+            "status-update": "statusUpdate",
+            "artifact-update": "artifactUpdate",
+        }
+        if v03_kind not in kinds:
+            raise WebhookRejected(
+                400, "malformed", "the body is neither a StreamResponse nor a v0.3 Task"
+            )
+        kind = _V03_KINDS[v03_kind]
+        task_id = data.get("id") if v03_kind == "task" else data.get("taskId")
+    if not isinstance(task_id, str) or not task_id or len(task_id) > 256:
+        raise WebhookRejected(400, "malformed", "the payload names no task id")
+    return kind, task_id
+
+
+class Receiver:
+    """Verifies webhooks, keeps subscriptions, fetches and stores tasks, tells clients."""
+
+    def __init__(
+        self,
+        settings: ReceiverSettings,
+        *,
+        store: ReceiverStore | None = None,
+        metrics: ReceiverMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store: ReceiverStore = store or SQLiteReceiverStore(
+            settings.database_url, synchronous=settings.synchronous
+        )
+        self.metrics = metrics or ReceiverMetrics()
+        self._session: aiohttp.ClientSession | None = None
+        self._verifiers: dict[str, WebhookVerifier] = {}
+        self._clients: dict[str, AgentClient] = {}
+        self._by_issuer: dict[str, AgentSettings] = {}
+        for agent in settings.agents:
+            for issuer in agent.issuers:
+                self._by_issuer.setdefault(issuer, agent)
+        self._api_keys: dict[str, str] = {}  # key digest -> client id
+        self._callbacks: list[UpdateCallback] = []
+        self._new_event = asyncio.Event()
+        self._limiter = _RateLimiter(settings.webhook_rate_limit)
+        self.fetcher: TaskFetcher | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.open()
+        self._load_api_keys()
+        self._session = aiohttp.ClientSession()
+        for agent in self.settings.agents:
+            self._clients[agent.key] = AgentClient(
+                agent, self._session, timeout=self.settings.fetch_timeout
+            )
+            jwks = None
+            if AuthMethod.JWT in agent.methods:
+                jwks = JWKSCache(
+                    agent.jwks_url or endpoint_of(agent.url) + "/.well-known/jwks.json",
+                    session=self._session,
+                )
+                if agent.jwks_url is None:
+                    self._spawn(self._discover_jwks(agent, jwks))
+            self._verifiers[agent.key] = WebhookVerifier(
+                VerifyPolicy(
+                    methods=agent.methods,
+                    audience=self.settings.webhook_url,
+                    algorithms=agent.algorithms,
+                    freshness_seconds=self.settings.freshness_seconds,
+                    standard_webhooks_secrets=tuple(
+                        s.get_secret_value() for s in agent.standard_webhooks_secrets
+                    ),
+                ),
+                jwks,
+            )
+        self.fetcher = TaskFetcher(
+            self.store,
+            self._clients,
+            on_snapshot=self._announce,
+            metrics=self.metrics,
+            concurrency=self.settings.fetch_concurrency,
+            attempts=self.settings.fetch_attempts,
+            coalesce=self.settings.fetch_coalesce_seconds,
+        )
+        await self.fetcher.start()
+        self._maintenance = asyncio.create_task(self._maintain(), name="receiver-maintenance")
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._new_event.set()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.fetcher is not None:
+            await self.fetcher.stop()
+        if self._session is not None:
+            await self._session.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> Receiver:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _load_api_keys(self) -> None:
+        keys = {
+            token_digest(k.api_key.get_secret_value()): k.client_id for k in self.settings.api_keys
+        }
+        if not keys:
+            path = self.settings.data_dir / API_KEYS_FILE
+            keys = {token_digest(key): client for client, key in _default_keys(path).items()}
+            log.warning("no API keys configured; using the generated ones in %s", path)
+        self._api_keys = keys
+
+    async def _discover_jwks(self, agent: AgentSettings, jwks: JWKSCache) -> None:
+        """Use the JWKS URL the agent card declares (push-signing extension), if any."""
+        assert self._session is not None
+        url = endpoint_of(agent.url) + "/.well-known/agent-card.json"
+        try:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False
+            ) as resp:
+                card = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return
+        extensions = (card or {}).get("capabilities", {}).get("extensions") or []
+        for ext in extensions if isinstance(extensions, list) else []:
+            if isinstance(ext, dict) and ext.get("uri") == PUSH_SIGNING_EXTENSION_URI:
+                uri = (ext.get("params") or {}).get("jwksUri")
+                if isinstance(uri, str) and uri.startswith(("http://", "https://")):
+                    jwks.url = uri
+                    return
+
+    async def _maintain(self) -> None:
+        """Drop dedup keys past the freshness window (with margin) and old notifications."""
+        while True:
+            await asyncio.sleep(600)
+            now = time.time()
+            try:
+                await self.store.purge(
+                    seen_before=now - max(3600, 4 * self.settings.freshness_seconds),
+                    notifications_before=now - self.settings.retention_days * 86400,
+                )
+            except Exception:
+                log.exception("receiver purge failed; will try again")
+
+    # ---- callbacks and events --------------------------------------------------------
+
+    def on_update(self, callback: UpdateCallback) -> None:
+        """Call ``callback(event)`` (sync or async) for every stored task snapshot."""
+        self._callbacks.append(callback)
+
+    async def _announce(self, event: TaskEvent) -> None:
+        self.metrics.snapshots.inc()
+        signal, self._new_event = self._new_event, asyncio.Event()
+        signal.set()
+        for callback in list(self._callbacks):
+            try:
+                result = callback(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("an on_update callback failed")
+
+    async def wait_for_event(self, timeout: float) -> None:
+        """Return when a new snapshot is stored, or after ``timeout`` seconds."""
+        signal = self._new_event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(signal.wait(), timeout)
+
+    # ---- webhooks --------------------------------------------------------------------
+
+    async def handle_webhook(
+        self, headers: Mapping[str, str], body: bytes, content_type: str
+    ) -> tuple[int, dict[str, Any]]:
+        """Process one webhook request; the HTTP status and JSON body to answer with."""
+        started = time.perf_counter()
+        try:
+            status, result = await self._webhook(headers, body, content_type)
+        except WebhookRejected as exc:
+            self.metrics.webhooks.labels(exc.reason).inc()
+            log.info("webhook refused (%s): %s", exc.status, exc)
+            status, result = exc.status, error_body(exc.reason, str(exc))
+        else:
+            self.metrics.webhooks.labels(result["status"]).inc()
+        self.metrics.webhook_latency.observe(time.perf_counter() - started)
+        return status, result
+
+    async def _webhook(
+        self, headers: Mapping[str, str], body: bytes, content_type: str
+    ) -> tuple[int, dict[str, Any]]:
+        if len(body) > self.settings.max_body_bytes:
+            raise WebhookRejected(413, "too_large", "the body is over the size limit")
+        if content_type not in JSON_TYPES:
+            raise WebhookRejected(
+                415, "unsupported_media_type", f"send {A2A_MEDIA_TYPE} or application/json"
+            )
+        candidates, sub = await self._identify(headers)
+        if not self._limiter.allow(candidates[0].key):
+            raise WebhookRejected(429, "rate_limited", "too many webhooks; retry later")
+        agent, verified = await self._verify(candidates, sub, headers, body)
+        kind, task_id = _body_task(body)
+        if await self.store.seen(agent.key, verified.dedup_key):
+            return 200, {"status": "duplicate"}
+        sub = await self._subscription_for(agent, verified, task_id, sub)
+        if verified.claims is not None:
+            token = presented_token(headers)
+            if token is not None:
+                check_token(token, sub.token_digest)
+        if sub.state is SubscriptionState.DELETED:
+            raise WebhookRejected(410, "subscription_ended", "this subscription was deleted")
+        notification_id = await self.store.record(
+            Notification(
+                agent_url=agent.key,
+                task_id=task_id,
+                dedup_key=verified.dedup_key,
+                subscription_id=sub.id,
+                method=verified.method.value,
+                kind=kind,
+                body=body,
+                received_at=time.time(),
+                seq=verified.seq,
+            )
+        )
+        if notification_id is None:
+            return 200, {"status": "duplicate"}
+        assert self.fetcher is not None
+        self.fetcher.want(agent.key, task_id, notification_id)
+        return 200, {"status": "accepted"}
+
+    async def _identify(
+        self, headers: Mapping[str, str]
+    ) -> tuple[list[AgentSettings], Subscription | None]:
+        """Which agents (and, for a token, which subscription) a request may be from.
+
+        Nothing here is trusted yet: the agents' verifiers check the claim next. Only a
+        Standard Webhooks signature can leave several candidates (one per secret holder).
+        """
+        jwt_value = presented_jwt(headers)
+        if jwt_value is not None:
+            issuer = unverified_issuer(jwt_value)
+            agent = self._by_issuer.get(issuer) if issuer else None
+            if agent is not None and AuthMethod.JWT in agent.methods:
+                return [agent], None
+        token = presented_token(headers)
+        if token is not None:
+            sub = await self.store.subscription_by_token(token_digest(token))
+            if sub is None:
+                raise WebhookRejected(401, "bad_token", "the notification token is not known")
+            agent_settings = self.settings.agent(sub.agent_url)
+            if agent_settings is None:
+                raise WebhookRejected(401, "unknown_agent", "the agent is no longer trusted")
+            return [agent_settings], sub
+        if headers.get(HEADER_WEBHOOK_SIGNATURE) is not None:
+            candidates = [
+                a for a in self.settings.agents if AuthMethod.STANDARD_WEBHOOKS in a.methods
+            ]
+            if candidates:
+                return candidates, None
+        if jwt_value is not None:
+            raise WebhookRejected(401, "unknown_issuer", "the JWT issuer is not a trusted agent")
+        raise WebhookRejected(401, "no_credentials", "the request is not authenticated")
+
+    async def _verify(
+        self,
+        candidates: list[AgentSettings],
+        sub: Subscription | None,
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> tuple[AgentSettings, VerifiedWebhook]:
+        refusal: WebhookRejected | None = None
+        for agent in candidates:
+            try:
+                verified = await self._verifiers[agent.key].verify(
+                    headers, body, expected_token_digest=sub.token_digest if sub else None
+                )
+            except WebhookRejected as exc:
+                if exc.status != 401:
+                    raise
+                refusal = exc
+                continue
+            return agent, verified
+        assert refusal is not None
+        raise refusal
+
+    async def _subscription_for(
+        self,
+        agent: AgentSettings,
+        verified: VerifiedWebhook,
+        task_id: str,
+        known: Subscription | None,
+    ) -> Subscription:
+        if verified.task_id is not None and verified.task_id != task_id:
+            raise WebhookRejected(400, "task_mismatch", "the JWT taskId is not the body's task")
+        if known is not None:
+            if known.task_id != task_id:
+                raise WebhookRejected(404, "unknown_task", "the token is for another task")
+            return known
+        sub = None
+        if verified.config_id is not None:
+            sub = await self.store.get_subscription(verified.config_id)
+        if sub is None:
+            subs = await self.store.subscriptions_for_task(agent.key, task_id)
+            active = [s for s in subs if s.state is SubscriptionState.ACTIVE]
+            if active or subs:
+                sub = (active or subs)[-1]
+        if sub is None or sub.agent_url != agent.key or sub.task_id != task_id:
+            raise WebhookRejected(404, "unknown_task", "no subscription for this task")
+        return sub
+
+    # ---- subscriptions ---------------------------------------------------------------
+
+    def client_for(self, authorization: str | None) -> str:
+        """The client id an ``Authorization: Bearer <api key>`` header belongs to."""
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ClientError(401, "unauthorized", "send Authorization: Bearer <API key>")
+        digest = token_digest(key.strip()).encode()
+        found = None
+        for known, client in self._api_keys.items():
+            if hmac.compare_digest(known.encode(), digest):
+                found = client
+        if found is None:
+            raise ClientError(401, "unauthorized", "the API key is not valid")
+        return found
+
+    async def subscribe(
+        self, client_id: str, agent_url: str, task_id: str
+    ) -> tuple[Subscription, bool]:
+        """Register a push config on the agent for this client; (subscription, created)."""
+        agent = self.settings.agent(agent_url)
+        if agent is None:
+            raise ClientError(
+                400, "unknown_agent", f"{agent_url!r} is not one of this receiver's agents"
+            )
+        token = secrets.token_urlsafe(32)
+        candidate = Subscription(
+            id=f"sub_{uuid.uuid4().hex}",
+            client_id=client_id,
+            agent_url=agent.key,
+            task_id=task_id,
+            token_digest=token_digest(token),
+            state=SubscriptionState.ACTIVE,
+            created_at=time.time(),
+        )
+        # Stored first: the agent may send the first webhook before it answers.
+        sub = await self.store.add_subscription(candidate)
+        if sub.id != candidate.id:
+            return sub, False
+        try:
+            await self._clients[agent.key].create_push_config(
+                task_id, sub.id, self.settings.webhook_url, token
+            )
+        except AgentCallError as exc:
+            await self.store.remove_subscription(sub.id)
+            if exc.task_not_found:
+                raise ClientError(404, "task_not_found", str(exc)) from exc
+            raise ClientError(502, "agent_error", str(exc)) from exc
+        assert self.fetcher is not None
+        self.fetcher.want(agent.key, task_id, 0)  # the current state, without waiting
+        return sub, True
+
+    async def own_subscription(self, client_id: str, subscription_id: str) -> Subscription:
+        sub = await self.store.get_subscription(subscription_id)
+        if sub is None or sub.client_id != client_id:
+            raise ClientError(404, "not_found", "no such subscription")
+        return sub
+
+    async def unsubscribe(self, client_id: str, subscription_id: str) -> tuple[Subscription, bool]:
+        """Delete locally (webhooks then get 410) and on the agent; (subscription, removed)."""
+        sub = await self.own_subscription(client_id, subscription_id)
+        if sub.state is SubscriptionState.DELETED:
+            return sub, True
+        deleted = await self.store.delete_subscription(sub.id, now=time.time())
+        assert deleted is not None
+        try:
+            await self._clients[sub.agent_url].delete_push_config(sub.task_id, sub.id)
+        except (AgentCallError, KeyError) as exc:
+            log.warning("could not remove push config %s on the agent: %s", sub.id, exc)
+            return deleted, False
+        return deleted, True
+
+    async def task_for_client(
+        self, client_id: str, task_id: str, agent_url: str | None
+    ) -> dict[str, Any]:
+        subs = [
+            s
+            for s in await self.store.list_subscriptions(client_id)
+            if s.task_id == task_id and (agent_url is None or s.agent_url == agent_url.rstrip("/"))
+        ]
+        if not subs:
+            raise ClientError(404, "not_found", "no subscription to this task")
+        for agent_key in dict.fromkeys(s.agent_url for s in reversed(subs)):
+            snap = await self.store.get_snapshot(agent_key, task_id)
+            if snap is not None:
+                return snap.task
+        raise ClientError(404, "not_fetched", "the task has not been fetched yet; retry shortly")
+
+
+def _default_keys(path: Path) -> dict[str, str]:
+    """Client API keys from ``path``, creating one for client "default" (mode 0600)."""
+    if path.exists():
+        data = json.loads(path.read_text("utf-8"))
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ValueError(f"{path}: expected a JSON object of client id -> API key")
+        return data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = {"default": secrets.token_urlsafe(32)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(keys, fh, indent=2)
+    return keys
+
+
+# ---- the aiohttp application -------------------------------------------------------
+
+RECEIVER: Final = web.AppKey("a2a_push_receiver", Receiver)
+
+
+def _json(status: int, body: Any) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ClientError as exc:
+        return _json(exc.status, error_body(exc.reason, str(exc)))
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            return _json(exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason))
+        raise
+
+
+async def _read_limited(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None when it is over ``limit`` bytes (read no further than that)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    data = await request.content.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def create_app(
+    settings: ReceiverSettings,
+    *,
+    store: ReceiverStore | None = None,
+    receiver: Receiver | None = None,
+) -> web.Application:
+    """The receiver as an aiohttp application; it starts and stops with the app."""
+    core = receiver or Receiver(settings, store=store)
+    limit = settings.max_body_bytes
+
+    async def webhook(request: web.Request) -> web.Response:
+        body = await _read_limited(request, limit)
+        if body is None:
+            core.metrics.webhooks.labels("too_large").inc()
+            return _json(413, error_body("too_large", f"the body is over {limit} bytes"))
+        status, result = await core.handle_webhook(request.headers, body, request.content_type)
+        return _json(status, result)
+
+    async def json_body(request: web.Request) -> dict[str, Any]:
+        if request.content_type not in JSON_TYPES:
+            raise ClientError(415, "unsupported_media_type", "send application/json")
+        raw = await _read_limited(request, 64 * 1024)
+        if raw is None:
+            raise ClientError(413, "too_large", "the body is over 64 KiB")
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise ClientError(400, "malformed", "the body is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise ClientError(400, "malformed", "the body must be a JSON object")
+        return data
+
+    def client(request: web.Request) -> str:
+        return core.client_for(request.headers.get("Authorization"))
+
+    async def create_subscription(request: web.Request) -> web.Response:
+        client_id = client(request)
+        data = await json_body(request)
+        agent_url, task_id = data.get("agentUrl"), data.get("taskId")
+        for name, value in (("agentUrl", agent_url), ("taskId", task_id)):
+            if not isinstance(value, str) or not value or len(value) > 2048:
+                raise ClientError(400, "invalid", f"{name}: a non-empty string is required")
+        assert isinstance(agent_url, str) and isinstance(task_id, str)
+        sub, created = await core.subscribe(client_id, agent_url, task_id)
+        return _json(201 if created else 200, sub.to_json())
+
+    async def list_subscriptions(request: web.Request) -> web.Response:
+        subs = await core.store.list_subscriptions(client(request))
+        return _json(200, {"subscriptions": [s.to_json() for s in subs]})
+
+    async def get_subscription(request: web.Request) -> web.Response:
+        sub = await core.own_subscription(client(request), request.match_info["id"])
+        return _json(200, sub.to_json())
+
+    async def delete_subscription(request: web.Request) -> web.Response:
+        sub, removed = await core.unsubscribe(client(request), request.match_info["id"])
+        return _json(200, {**sub.to_json(), "removedOnAgent": removed})
+
+    async def get_task(request: web.Request) -> web.Response:
+        task = await core.task_for_client(
+            client(request), request.match_info["task_id"], request.query.get("agentUrl")
+        )
+        return _json(200, task)
+
+    async def list_tasks(request: web.Request) -> web.Response:
+        client_id = client(request)
+        try:
+            limit = min(int(request.query.get("limit", "100")), 1000)
+        except ValueError:
+            raise ClientError(400, "invalid", "limit: an integer is required") from None
+        if limit < 1:
+            raise ClientError(400, "invalid", "limit: must be at least 1")
+        snaps = await core.store.snapshots_for_client(
+            client_id, context_id=request.query.get("contextId"), limit=limit
+        )
+        return _json(200, {"tasks": [s.task for s in snaps]})
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        client_id = client(request)
+        raw = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
+        if not (raw.isascii() and raw.isdigit() and len(raw) < 20):
+            raise ClientError(400, "invalid", "Last-Event-ID: an event id (integer) is required")
+        last = int(raw)
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await resp.prepare(request)
+        core.metrics.sse_clients.inc()
+        try:
+            await resp.write(b"retry: 2000\n\n")
+            while not core._closing:
+                # Taken before reading, so an event stored meanwhile wakes us at once.
+                signal = core._new_event
+                batch = await core.store.events_for_client(
+                    client_id, after=last, limit=_EVENTS_PAGE
+                )
+                for event in batch:
+                    payload = {
+                        "agentUrl": event.agent_url,
+                        "taskId": event.task_id,
+                        "task": event.data,
+                    }
+                    data = json.dumps(payload, separators=(",", ":"))
+                    await resp.write(
+                        f"id: {event.id}\nevent: {event.kind}\ndata: {data}\n\n".encode()
+                    )
+                    last = event.id
+                if len(batch) == _EVENTS_PAGE:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), KEEPALIVE_SECONDS)
+                if not signal.is_set():
+                    await resp.write(b": keepalive\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            core.metrics.sse_clients.dec()
+        return resp
+
+    async def healthz(request: web.Request) -> web.Response:
+        try:
+            await core.store.ping()
+        except Exception as exc:
+            return _json(503, {"status": "unavailable", "reason": type(exc).__name__})
+        return _json(200, {"status": "ok"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        assert core.fetcher is not None
+        core.metrics.fetches_in_progress.set(core.fetcher.busy)
+        return web.Response(
+            body=core.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await core.start()
+        try:
+            yield
+        finally:
+            await core.stop()
+
+    # Big bodies are refused by the webhook handler itself, with a JSON 413.
+    app = web.Application(middlewares=[_errors], client_max_size=max(limit, 64 * 1024) + 1)
+    app[RECEIVER] = core
+    app.router.add_post(WEBHOOK_PATH, webhook)
+    app.router.add_post("/subscriptions", create_subscription)
+    app.router.add_get("/subscriptions", list_subscriptions)
+    app.router.add_get("/subscriptions/{id}", get_subscription)
+    app.router.add_delete("/subscriptions/{id}", delete_subscription)
+    app.router.add_get("/tasks", list_tasks)
+    app.router.add_get("/tasks/{task_id}", get_task)
+    app.router.add_get("/events", events)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.cleanup_ctx.append(lifecycle)
+    return app

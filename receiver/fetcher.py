@@ -1,0 +1,213 @@
+"""Background GetTask: coalesced per task, retried with tenacity, never going backwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from a2a_push.protocol.types import TaskState
+
+from .agent_client import AgentCallError, AgentClient
+from .metrics import ReceiverMetrics
+from .store import ReceiverStore, TaskEvent, TaskSnapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COALESCE_SECONDS: Final = 0.02
+DEFAULT_RETRY_LATER_SECONDS: Final = 30.0
+
+Key = tuple[str, str]  # (agent key, task id)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, AgentCallError) and exc.retryable
+
+
+def snapshot_of(agent_url: str, task: Mapping[str, Any], generation: int) -> TaskSnapshot:
+    """A storable snapshot of a v1.0 Task object."""
+    status = task.get("status") if isinstance(task.get("status"), dict) else {}
+    assert isinstance(status, dict)
+    raw_state = status.get("state")
+    state: str | None = None
+    final = False
+    if isinstance(raw_state, str):
+        try:
+            parsed = TaskState(raw_state)
+        except ValueError:
+            state = raw_state
+        else:
+            state = parsed.value
+            final = parsed.is_terminal
+    timestamp = status.get("timestamp")
+    context_id = task.get("contextId")
+    return TaskSnapshot(
+        agent_url=agent_url,
+        task_id=str(task["id"]),
+        context_id=context_id if isinstance(context_id, str) else None,
+        state=state,
+        final=final,
+        status_timestamp=timestamp if isinstance(timestamp, str) else None,
+        generation=generation,
+        task=dict(task),
+        updated_at=time.time(),
+    )
+
+
+class TaskFetcher:
+    """Fetches tasks after their notifications, one fetch per task at a time.
+
+    ``want(agent, task, up_to)`` asks for a snapshot covering notifications up to
+    ``up_to``. Requests for a task that arrive within ``coalesce`` seconds, or while its
+    fetch runs, are served by one (more) fetch. A fetch that keeps failing is tried
+    again ``retry_later`` seconds after its retries are spent; the notifications stay
+    pending in the store meanwhile, so a restart picks them up.
+    """
+
+    def __init__(
+        self,
+        store: ReceiverStore,
+        clients: Mapping[str, AgentClient],
+        *,
+        on_snapshot: Callable[[TaskEvent], Awaitable[None]],
+        metrics: ReceiverMetrics,
+        concurrency: int = 32,
+        attempts: int = 5,
+        coalesce: float = DEFAULT_COALESCE_SECONDS,
+        retry_later: float = DEFAULT_RETRY_LATER_SECONDS,
+        max_wait: float = 10.0,
+    ) -> None:
+        self._store = store
+        self._clients = clients
+        self._on_snapshot = on_snapshot
+        self._metrics = metrics
+        self._slots = asyncio.Semaphore(concurrency)
+        self._attempts = attempts
+        self._coalesce = coalesce
+        self._retry_later = retry_later
+        self._max_wait = max_wait
+        self._wanted: dict[Key, int] = {}
+        self._running: dict[Key, asyncio.Task[None]] = {}
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._closed = False
+        self.calls = 0
+
+    async def start(self) -> None:
+        """Resume fetches for notifications stored before a restart."""
+        for pending in await self._store.pending_fetches(limit=100_000):
+            self.want(pending.agent_url, pending.task_id, pending.up_to)
+
+    async def stop(self) -> None:
+        self._closed = True
+        for timer in self._timers:
+            timer.cancel()
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    def want(self, agent_url: str, task_id: str, up_to: int) -> None:
+        if self._closed:
+            return
+        key = (agent_url, task_id)
+        if up_to > self._wanted.get(key, -1):
+            self._wanted[key] = up_to
+        if key not in self._running:
+            self._running[key] = asyncio.create_task(self._run(key), name=f"fetch {task_id}")
+
+    async def idle(self, timeout: float = 10.0) -> None:
+        """Wait until no fetch is running or wanted (for tests and demos)."""
+        deadline = time.monotonic() + timeout
+        while self._running and time.monotonic() < deadline:
+            await asyncio.wait(
+                list(self._running.values()), timeout=max(0.0, deadline - time.monotonic())
+            )
+
+    async def _run(self, key: Key) -> None:
+        try:
+            await asyncio.sleep(self._coalesce)
+            done = -1
+            while not self._closed and self._wanted.get(key, -1) > done:
+                up_to = self._wanted[key]
+                async with self._slots:
+                    ok = await self._fetch_once(key, up_to)
+                if not ok:
+                    self._later(key, up_to)
+                    return
+                done = up_to
+            self._wanted.pop(key, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("fetch loop for task %s failed", key[1])
+            self._later(key, self._wanted.get(key, 0))
+        finally:
+            self._running.pop(key, None)
+
+    def _later(self, key: Key, up_to: int) -> None:
+        self._wanted.pop(key, None)
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+
+        def again() -> None:
+            self._timers.discard(handle)
+            self.want(key[0], key[1], up_to)
+
+        handle = loop.call_later(self._retry_later, again)
+        self._timers.add(handle)
+
+    async def _fetch_once(self, key: Key, up_to: int) -> bool:
+        """One covered fetch (with retries); False when it should be tried again later."""
+        agent_url, task_id = key
+        current = await self._store.get_snapshot(agent_url, task_id)
+        if current is not None and current.final:
+            # Terminal tasks are final: nothing a later GetTask says can change them.
+            await self._store.mark_fetched(agent_url, task_id, up_to)
+            return True
+        client = self._clients.get(agent_url)
+        if client is None:
+            log.warning("no agent %s configured any more; notifications kept", agent_url)
+            return False
+        started = time.perf_counter()
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self._attempts),
+                wait=wait_exponential_jitter(multiplier=0.2, max=self._max_wait),
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            ):
+                with attempt:
+                    self.calls += 1
+                    task = await client.get_task(task_id)
+        except AgentCallError as exc:
+            self._metrics.fetches.labels("error").inc()
+            if exc.retryable:
+                log.warning("GetTask %s on %s: %s; will try again later", task_id, agent_url, exc)
+                return False
+            log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
+            await self._store.mark_fetched(agent_url, task_id, up_to)
+            return True
+        self._metrics.fetch_latency.observe(time.perf_counter() - started)
+        self._metrics.fetches.labels("ok").inc()
+        event = await self._store.save_snapshot(snapshot_of(agent_url, task, up_to))
+        await self._store.mark_fetched(agent_url, task_id, up_to)
+        if event is not None:
+            await self._on_snapshot(event)
+        return True

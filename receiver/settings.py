@@ -1,0 +1,242 @@
+"""Receiver configuration: a file (TOML or JSON), environment variables, then flags.
+
+Every setting has one definition here; the loaders only say where values come from.
+Environment variables are ``A2A_RECEIVER_<NAME>`` (``A2A_RECEIVER_PORT=8090``); lists are
+comma-separated (``A2A_RECEIVER_AGENTS=http://a:1/,http://b:2/``), API keys are
+``client:key`` pairs (``A2A_RECEIVER_API_KEYS=alice:k1,bob:k2``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from a2a_push.endpoints import endpoint_of
+from a2a_push.signing.keys import ALGORITHMS
+from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
+
+from .verify import DEFAULT_FRESHNESS_SECONDS, AuthMethod, allowed_methods
+
+ENV_PREFIX: Final = "A2A_RECEIVER_"
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8090
+WEBHOOK_PATH: Final = "/webhooks/a2a"
+
+
+class SettingsError(ValueError):
+    """The configuration is invalid; the message names the setting and what to do."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class AgentSettings(_Model):
+    """One agent this receiver trusts."""
+
+    url: str = Field(description="the agent's A2A JSON-RPC endpoint")
+    auth: tuple[str, ...] = Field(
+        default=("jwt",),
+        description="methods its webhooks may use: jwt, token, standard-webhooks",
+    )
+    jwks_url: str | None = Field(
+        default=None,
+        description="where its JWK Set is; default: the agent card's push-signing "
+        "extension, else <origin>/.well-known/jwks.json",
+    )
+    issuer: str | None = Field(
+        default=None, description="the JWT iss; default: the agent URL or its origin"
+    )
+    algorithms: tuple[str, ...] = ALGORITHMS
+    standard_webhooks_secrets: tuple[SecretStr, ...] = ()
+    credentials: SecretStr | None = Field(
+        default=None,
+        description="Authorization header value for calls to the agent, e.g. 'Bearer abc'",
+    )
+    protocol_version: Literal["1.0", "0.3"] = "1.0"
+    history_length: int | None = Field(default=None, ge=0)
+
+    @field_validator("url", "jwks_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("auth")
+    @classmethod
+    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(m.value for m in allowed_methods(value)))
+
+    @field_validator("standard_webhooks_secrets")
+    @classmethod
+    def _secrets(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        for secret in value:
+            if not is_standard_webhooks_secret(secret.get_secret_value()):
+                raise ValueError("a Standard Webhooks secret must start with 'whsec_'")
+        return value
+
+    @field_validator("credentials")
+    @classmethod
+    def _no_crlf(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and any(c in value.get_secret_value() for c in "\r\n"):
+            raise ValueError("credentials must not contain CR or LF")
+        return value
+
+    @property
+    def methods(self) -> frozenset[AuthMethod]:
+        return allowed_methods(self.auth)
+
+    @property
+    def issuers(self) -> tuple[str, ...]:
+        if self.issuer is not None:
+            return (self.issuer,)
+        return tuple(dict.fromkeys((self.url.rstrip("/"), endpoint_of(self.url))))
+
+    @property
+    def key(self) -> str:
+        """How the agent is named in storage: its URL without a trailing slash."""
+        return self.url.rstrip("/")
+
+
+class ClientKey(_Model):
+    client_id: str = Field(min_length=1, max_length=128)
+    api_key: SecretStr
+
+    @field_validator("api_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("an API key needs at least 16 characters")
+        return value
+
+
+class ReceiverSettings(_Model):
+    """Everything the receiver can be told."""
+
+    host: str = DEFAULT_HOST
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None,
+        description="this receiver's URL as agents reach it; default http://host:port",
+    )
+    data_dir: Path = Path("receiver-data")
+    database: str | None = Field(
+        default=None, description="default: receiver.db in data_dir (a SQLite file)"
+    )
+    agents: tuple[AgentSettings, ...] = ()
+    api_keys: tuple[ClientKey, ...] = ()
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    freshness_seconds: int = Field(default=DEFAULT_FRESHNESS_SECONDS, ge=1)
+    fetch_concurrency: int = Field(default=32, ge=1)
+    fetch_timeout: float = Field(default=15.0, gt=0)
+    fetch_attempts: int = Field(default=5, ge=1)
+    fetch_coalesce_seconds: float = Field(
+        default=0.02, ge=0, description="how long notifications for a task gather before a fetch"
+    )
+    retention_days: float = Field(default=7.0, gt=0)
+    webhook_rate_limit: float = Field(
+        default=0.0, ge=0, description="webhooks/s per agent before 429; 0 = unlimited"
+    )
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def webhook_url(self) -> str:
+        return self.base_url + WEBHOOK_PATH
+
+    @property
+    def database_url(self) -> str:
+        return self.database or str(self.data_dir / "receiver.db")
+
+    def agent(self, url: str) -> AgentSettings | None:
+        key = url.rstrip("/")
+        return next((a for a in self.agents if a.key == key), None)
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in ReceiverSettings.model_fields.items():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None or raw == "":
+            continue
+        if name == "agents":
+            out[name] = [{"url": u.strip()} for u in raw.split(",") if u.strip()]
+        elif name == "api_keys":
+            out[name] = [_client_key(pair, f"{ENV_PREFIX}API_KEYS") for pair in raw.split(",")]
+        else:
+            del field
+            out[name] = raw
+    return out
+
+
+def _client_key(pair: str, where: str) -> dict[str, str]:
+    client, sep, key = pair.strip().partition(":")
+    if not sep or not client or not key:
+        raise SettingsError(f"{where}: expected client:key pairs, got {pair.strip()!r}")
+    return {"client_id": client, "api_key": key}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A TOML (``.toml``) or JSON config file as a dict."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise SettingsError(f"config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: the top level must be a table/object")
+    return data
+
+
+def load_settings(
+    *,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    extra_agents: Sequence[str] = (),
+) -> ReceiverSettings:
+    """Merge file < environment < flags (``overrides``) and validate, with clear errors.
+
+    Agents named by flags (``extra_agents``) are added to the configured ones unless a
+    configured agent already has that URL (the file's per-agent options win).
+    """
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        values.update(read_config_file(config_file))
+    values.update(_env_values(os.environ if environ is None else environ))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    agents = list(values.get("agents") or [])
+    known = {str(a.get("url", "")).rstrip("/") for a in agents if isinstance(a, dict)}
+    for url in extra_agents:
+        if url.rstrip("/") not in known:
+            agents.append({"url": url})
+            known.add(url.rstrip("/"))
+    values["agents"] = agents
+    try:
+        return ReceiverSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"invalid receiver settings: {problems}") from None

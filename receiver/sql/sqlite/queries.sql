@@ -1,0 +1,85 @@
+-- name: insert_subscription
+INSERT INTO subscriptions (id, client_id, agent_url, task_id, token_digest, state, created_at)
+VALUES (:id, :client_id, :agent_url, :task_id, :token_digest, 'active', :created_at);
+
+-- name: active_subscription
+SELECT * FROM subscriptions
+WHERE client_id = ? AND agent_url = ? AND task_id = ? AND state = 'active';
+
+-- name: get_subscription
+SELECT * FROM subscriptions WHERE id = ?;
+
+-- name: subscription_by_token
+SELECT * FROM subscriptions WHERE token_digest = ?;
+
+-- name: subscriptions_for_task
+SELECT * FROM subscriptions WHERE agent_url = ? AND task_id = ? ORDER BY created_at;
+
+-- name: list_subscriptions
+SELECT * FROM subscriptions WHERE client_id = ? ORDER BY created_at, id;
+
+-- name: delete_subscription
+UPDATE subscriptions SET state = 'deleted', deleted_at = ? WHERE id = ? AND state = 'active';
+
+-- name: remove_subscription
+DELETE FROM subscriptions WHERE id = ?;
+
+-- name: is_seen
+SELECT 1 FROM seen WHERE agent_url = ? AND dedup_key = ?;
+
+-- name: insert_seen
+INSERT OR IGNORE INTO seen (agent_url, dedup_key, received_at) VALUES (?, ?, ?);
+
+-- name: insert_notification
+INSERT INTO notifications
+    (agent_url, task_id, subscription_id, dedup_key, method, kind, seq, received_at, body)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: pending_fetches
+SELECT agent_url, task_id, MAX(id) AS up_to FROM notifications
+WHERE fetched = 0 GROUP BY agent_url, task_id ORDER BY MIN(id) LIMIT ?;
+
+-- name: mark_fetched
+UPDATE notifications SET fetched = 1
+WHERE agent_url = ? AND task_id = ? AND id <= ? AND fetched = 0;
+
+-- name: purge_seen
+DELETE FROM seen WHERE received_at < ?;
+
+-- name: purge_notifications
+DELETE FROM notifications WHERE fetched = 1 AND received_at < ?;
+
+-- name: get_task
+SELECT * FROM tasks WHERE agent_url = ? AND task_id = ?;
+
+-- name: upsert_task
+INSERT INTO tasks (agent_url, task_id, context_id, state, final, status_timestamp, generation,
+                   snapshot, updated_at)
+VALUES (:agent_url, :task_id, :context_id, :state, :final, :status_timestamp, :generation,
+        :snapshot, :updated_at)
+ON CONFLICT (agent_url, task_id) DO UPDATE SET
+    context_id = excluded.context_id, state = excluded.state, final = excluded.final,
+    status_timestamp = excluded.status_timestamp, generation = excluded.generation,
+    snapshot = excluded.snapshot, updated_at = excluded.updated_at;
+
+-- name: insert_event
+INSERT INTO events (agent_url, task_id, kind, data, created_at) VALUES (?, ?, ?, ?, ?);
+
+-- name: snapshots_for_client
+SELECT t.* FROM tasks t
+WHERE (:context_id IS NULL OR t.context_id = :context_id)
+  AND EXISTS (SELECT 1 FROM subscriptions s
+              WHERE s.client_id = :client_id AND s.agent_url = t.agent_url
+                AND s.task_id = t.task_id)
+ORDER BY t.updated_at DESC LIMIT :limit;
+
+-- name: events_for_client
+SELECT e.* FROM events e
+WHERE e.id > :after
+  AND EXISTS (SELECT 1 FROM subscriptions s
+              WHERE s.client_id = :client_id AND s.agent_url = e.agent_url
+                AND s.task_id = e.task_id)
+ORDER BY e.id LIMIT :limit;
+
+-- name: latest_event_id
+SELECT COALESCE(MAX(id), 0) FROM events;

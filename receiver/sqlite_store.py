@@ -1,0 +1,360 @@
+"""The receiver's store in one SQLite file (the default)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+from a2a_push.store.sql import migrations, queries
+from a2a_push.store.sqlite import _split_statements
+
+from .store import (
+    Notification,
+    PendingFetch,
+    ReceiverStore,
+    Subscription,
+    SubscriptionState,
+    TaskEvent,
+    TaskSnapshot,
+    supersedes,
+)
+
+T = TypeVar("T")
+_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+_MAX_BATCH: Final = 512
+_PACKAGE: Final = "receiver.sql"
+
+
+class ReceiverStoreClosedError(RuntimeError):
+    """The store was used before ``open()`` or after ``close()``."""
+
+
+class SQLiteReceiverStore(ReceiverStore):
+    """Receiver storage in a SQLite file, written in group-committed batches.
+
+    Statements run on the event loop (each takes microseconds); concurrent writes share
+    one transaction. With ``synchronous="FULL"`` (default) a batch returns only after the
+    WAL is fsynced, on a worker thread, so an acknowledged webhook survives power loss;
+    ``"NORMAL"`` survives process crashes only.
+    """
+
+    def __init__(
+        self, path: str | Path, *, synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._sql = queries("sqlite", _PACKAGE)
+        self._conn: sqlite3.Connection | None = None
+        self._queue: list[_Op] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._fsync: ThreadPoolExecutor | None = None
+        self._wal_fd: int | None = None
+        self._closed = False
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        _migrate(conn)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn = conn
+        self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        self._fsync = ThreadPoolExecutor(1, thread_name_prefix="receiver-fsync")
+        self._writer = asyncio.create_task(self._writer_loop(), name="receiver-sqlite-writer")
+
+    async def close(self) -> None:
+        if self._closed or self._conn is None:
+            self._closed = True
+            return
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            await self._writer
+        if self._fsync is not None:
+            self._fsync.shutdown(wait=True)
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+        self._conn.close()
+
+    # ---- plumbing --------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None or self._closed:
+            raise ReceiverStoreClosedError("the receiver store is not open")
+        return self._conn
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._db()
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((fn, fut))
+        self._wake.set()
+        return await fut
+
+    async def _writer_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                results = self._run_batch(batch)
+                if self._synchronous == "FULL" and any(ok for ok, _ in results):
+                    try:
+                        assert self._wal_fd is not None
+                        await loop.run_in_executor(self._fsync, os.fsync, self._wal_fd)
+                    except OSError as exc:
+                        results = [(False, exc)] * len(batch)
+                for (_, fut), (ok, value) in zip(batch, results):
+                    if not fut.done():
+                        if ok:
+                            fut.set_result(value)
+                        else:
+                            fut.set_exception(value)
+            if self._closed:
+                return
+
+    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
+        conn = self._db()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            results = [(True, fn(conn)) for fn, _ in batch]
+            conn.execute("COMMIT")
+            return results
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        # One op failed: run each on its own so the others still commit.
+        out: list[tuple[bool, Any]] = []
+        for fn, _ in batch:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                value = fn(conn)
+                conn.execute("COMMIT")
+                out.append((True, value))
+            except Exception as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                out.append((False, exc))
+        return out
+
+    def _all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
+        # Reads are point lookups of microseconds: run on the loop, between write batches.
+        return list(self._db().execute(self._sql[name], params).fetchall())
+
+    # ---- subscriptions ---------------------------------------------------------------
+
+    async def add_subscription(self, sub: Subscription) -> Subscription:
+        def op(conn: sqlite3.Connection) -> Subscription:
+            row = conn.execute(
+                self._sql["active_subscription"], (sub.client_id, sub.agent_url, sub.task_id)
+            ).fetchone()
+            if row is not None:
+                return _subscription(row)
+            conn.execute(
+                self._sql["insert_subscription"],
+                {
+                    "id": sub.id,
+                    "client_id": sub.client_id,
+                    "agent_url": sub.agent_url,
+                    "task_id": sub.task_id,
+                    "token_digest": sub.token_digest,
+                    "created_at": sub.created_at,
+                },
+            )
+            return sub
+
+        return await self._write(op)
+
+    async def get_subscription(self, subscription_id: str) -> Subscription | None:
+        rows = self._all("get_subscription", (subscription_id,))
+        return _subscription(rows[0]) if rows else None
+
+    async def subscription_by_token(self, token_digest: str) -> Subscription | None:
+        rows = self._all("subscription_by_token", (token_digest,))
+        return _subscription(rows[0]) if rows else None
+
+    async def subscriptions_for_task(self, agent_url: str, task_id: str) -> list[Subscription]:
+        return [_subscription(r) for r in self._all("subscriptions_for_task", (agent_url, task_id))]
+
+    async def list_subscriptions(self, client_id: str) -> list[Subscription]:
+        return [_subscription(r) for r in self._all("list_subscriptions", (client_id,))]
+
+    async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
+        def op(conn: sqlite3.Connection) -> Subscription | None:
+            conn.execute(self._sql["delete_subscription"], (now, subscription_id))
+            row = conn.execute(self._sql["get_subscription"], (subscription_id,)).fetchone()
+            return _subscription(row) if row is not None else None
+
+        return await self._write(op)
+
+    async def remove_subscription(self, subscription_id: str) -> None:
+        await self._write(
+            lambda conn: conn.execute(self._sql["remove_subscription"], (subscription_id,))
+        )
+
+    # ---- webhooks --------------------------------------------------------------------
+
+    async def seen(self, agent_url: str, dedup_key: str) -> bool:
+        return bool(self._all("is_seen", (agent_url, dedup_key)))
+
+    async def record(self, n: Notification) -> int | None:
+        def op(conn: sqlite3.Connection) -> int | None:
+            cur = conn.execute(self._sql["insert_seen"], (n.agent_url, n.dedup_key, n.received_at))
+            if cur.rowcount == 0:
+                return None
+            cur = conn.execute(
+                self._sql["insert_notification"],
+                (
+                    n.agent_url,
+                    n.task_id,
+                    n.subscription_id,
+                    n.dedup_key,
+                    n.method,
+                    n.kind,
+                    n.seq,
+                    n.received_at,
+                    n.body,
+                ),
+            )
+            return cur.lastrowid
+
+        return await self._write(op)
+
+    async def pending_fetches(self, limit: int = 1000) -> list[PendingFetch]:
+        return [
+            PendingFetch(r["agent_url"], r["task_id"], r["up_to"])
+            for r in self._all("pending_fetches", (limit,))
+        ]
+
+    async def mark_fetched(self, agent_url: str, task_id: str, up_to: int) -> None:
+        await self._write(
+            lambda conn: conn.execute(self._sql["mark_fetched"], (agent_url, task_id, up_to))
+        )
+
+    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            a = conn.execute(self._sql["purge_seen"], (seen_before,)).rowcount
+            b = conn.execute(self._sql["purge_notifications"], (notifications_before,)).rowcount
+            return int(a + b)
+
+        return await self._write(op)
+
+    # ---- snapshots and events --------------------------------------------------------
+
+    async def save_snapshot(self, snap: TaskSnapshot) -> TaskEvent | None:
+        def op(conn: sqlite3.Connection) -> TaskEvent | None:
+            row = conn.execute(self._sql["get_task"], (snap.agent_url, snap.task_id)).fetchone()
+            if row is not None and not supersedes(snap, _snapshot(row)):
+                return None
+            data = json.dumps(snap.task, separators=(",", ":"))
+            conn.execute(
+                self._sql["upsert_task"],
+                {
+                    "agent_url": snap.agent_url,
+                    "task_id": snap.task_id,
+                    "context_id": snap.context_id,
+                    "state": snap.state,
+                    "final": int(snap.final),
+                    "status_timestamp": snap.status_timestamp,
+                    "generation": snap.generation,
+                    "snapshot": data,
+                    "updated_at": snap.updated_at,
+                },
+            )
+            cur = conn.execute(
+                self._sql["insert_event"],
+                (snap.agent_url, snap.task_id, "task", data, snap.updated_at),
+            )
+            assert cur.lastrowid is not None
+            return TaskEvent(
+                cur.lastrowid, snap.agent_url, snap.task_id, "task", snap.task, snap.updated_at
+            )
+
+        return await self._write(op)
+
+    async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None:
+        rows = self._all("get_task", (agent_url, task_id))
+        return _snapshot(rows[0]) if rows else None
+
+    async def snapshots_for_client(
+        self, client_id: str, *, context_id: str | None = None, limit: int = 100
+    ) -> list[TaskSnapshot]:
+        rows = self._all(
+            "snapshots_for_client",
+            {"client_id": client_id, "context_id": context_id, "limit": limit},
+        )
+        return [_snapshot(r) for r in rows]
+
+    async def events_for_client(
+        self, client_id: str, *, after: int, limit: int = 100
+    ) -> list[TaskEvent]:
+        rows = self._all(
+            "events_for_client", {"client_id": client_id, "after": after, "limit": limit}
+        )
+        return [
+            TaskEvent(
+                r["id"],
+                r["agent_url"],
+                r["task_id"],
+                r["kind"],
+                json.loads(r["data"]),
+                r["created_at"],
+            )
+            for r in rows
+        ]
+
+    async def latest_event_id(self) -> int:
+        return int(self._all("latest_event_id")[0][0])
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version, script in migrations("sqlite", _PACKAGE):
+            if version > current:
+                for statement in _split_statements(script):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {int(version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _subscription(row: sqlite3.Row) -> Subscription:
+    return Subscription(
+        id=row["id"],
+        client_id=row["client_id"],
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        token_digest=row["token_digest"],
+        state=SubscriptionState(row["state"]),
+        created_at=row["created_at"],
+        deleted_at=row["deleted_at"],
+    )
+
+
+def _snapshot(row: sqlite3.Row) -> TaskSnapshot:
+    return TaskSnapshot(
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        context_id=row["context_id"],
+        state=row["state"],
+        final=bool(row["final"]),
+        status_timestamp=row["status_timestamp"],
+        generation=row["generation"],
+        task=json.loads(row["snapshot"]),
+        updated_at=row["updated_at"],
+    )

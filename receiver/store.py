@@ -1,0 +1,208 @@
+"""What the receiver keeps: subscriptions, seen webhook ids, notifications, task snapshots
+and the event log its clients stream. One contract, several backends."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+
+class SubscriptionState(enum.StrEnum):
+    ACTIVE = "active"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A client's interest in one task on one agent, backed by a push config there."""
+
+    id: str
+    client_id: str
+    agent_url: str
+    task_id: str
+    token_digest: str = field(repr=False)
+    state: SubscriptionState
+    created_at: float
+    deleted_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "agentUrl": self.agent_url,
+            "taskId": self.task_id,
+            "state": self.state.value,
+            "createdAt": self.created_at,
+        }
+        if self.deleted_at is not None:
+            out["deletedAt"] = self.deleted_at
+        return out
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A verified webhook, as persisted before the 2xx."""
+
+    agent_url: str
+    task_id: str
+    dedup_key: str
+    subscription_id: str
+    method: str
+    kind: str
+    body: bytes = field(repr=False)
+    received_at: float
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """The newest task as fetched with GetTask."""
+
+    agent_url: str
+    task_id: str
+    context_id: str | None
+    state: str | None
+    final: bool
+    status_timestamp: str | None
+    generation: int
+    task: dict[str, Any]
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """One entry of the event log that SSE clients read (and resume) from."""
+
+    id: int
+    agent_url: str
+    task_id: str
+    kind: str
+    data: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True)
+class PendingFetch:
+    """A task with notifications that no successful GetTask has covered yet."""
+
+    agent_url: str
+    task_id: str
+    up_to: int
+    """The newest notification id; a fetch started now covers every one up to it."""
+
+
+class ReceiverStore(abc.ABC):
+    """Storage contract of the receiver. Every method is safe to call concurrently."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise when the store cannot serve requests (for /healthz)."""
+        await self.pending_fetches(limit=1)
+
+    # ---- subscriptions ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add_subscription(self, sub: Subscription) -> Subscription:
+        """Insert ``sub``; if the client already has an active one for this task, return
+        that one instead (creating a subscription is idempotent)."""
+
+    @abc.abstractmethod
+    async def get_subscription(self, subscription_id: str) -> Subscription | None: ...
+
+    @abc.abstractmethod
+    async def subscription_by_token(self, token_digest: str) -> Subscription | None: ...
+
+    @abc.abstractmethod
+    async def subscriptions_for_task(self, agent_url: str, task_id: str) -> list[Subscription]:
+        """Every subscription (active and deleted) to one task."""
+
+    @abc.abstractmethod
+    async def list_subscriptions(self, client_id: str) -> list[Subscription]: ...
+
+    @abc.abstractmethod
+    async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
+        """Mark deleted (webhooks for it then get 410); None when it does not exist."""
+
+    @abc.abstractmethod
+    async def remove_subscription(self, subscription_id: str) -> None:
+        """Forget a subscription entirely (its creation on the agent failed)."""
+
+    # ---- webhooks --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def seen(self, agent_url: str, dedup_key: str) -> bool:
+        """Whether a webhook with this dedup key from this agent was already accepted."""
+
+    @abc.abstractmethod
+    async def record(self, notification: Notification) -> int | None:
+        """Remember the dedup key and store the notification, atomically; its id.
+
+        A dedup key already seen from this agent stores nothing and returns None.
+        """
+
+    @abc.abstractmethod
+    async def pending_fetches(self, limit: int = 1000) -> list[PendingFetch]: ...
+
+    @abc.abstractmethod
+    async def mark_fetched(self, agent_url: str, task_id: str, up_to: int) -> None:
+        """Notifications of this task up to ``up_to`` are covered by a stored snapshot."""
+
+    @abc.abstractmethod
+    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
+        """Drop dedup keys and fetched notifications older than the given times."""
+
+    # ---- snapshots and events --------------------------------------------------------
+
+    @abc.abstractmethod
+    async def save_snapshot(self, snapshot: TaskSnapshot) -> TaskEvent | None:
+        """Store ``snapshot`` unless it would go backwards; log and return its event.
+
+        Refused (None) when the stored snapshot is final (a terminal state), has a newer
+        generation, or a later status timestamp.
+        """
+
+    @abc.abstractmethod
+    async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None: ...
+
+    @abc.abstractmethod
+    async def snapshots_for_client(
+        self, client_id: str, *, context_id: str | None = None, limit: int = 100
+    ) -> list[TaskSnapshot]: ...
+
+    @abc.abstractmethod
+    async def events_for_client(
+        self, client_id: str, *, after: int, limit: int = 100
+    ) -> list[TaskEvent]:
+        """Log entries newer than ``after`` for tasks the client subscribed to, oldest first."""
+
+    @abc.abstractmethod
+    async def latest_event_id(self) -> int: ...
+
+
+def supersedes(new: TaskSnapshot, old: TaskSnapshot) -> bool:
+    """Whether ``new`` may replace ``old``: snapshots never go backwards.
+
+    A final (terminal) snapshot is never replaced; a fetch that started earlier (lower
+    generation) never overwrites a later one; nor does an older status timestamp.
+    """
+    if old.final or new.generation < old.generation:
+        return False
+    # RFC 3339 UTC timestamps in one format compare as strings.
+    return not (
+        new.status_timestamp
+        and old.status_timestamp
+        and new.status_timestamp < old.status_timestamp
+    )

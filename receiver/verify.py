@@ -1,0 +1,443 @@
+"""Webhook verification for A2A push notifications: a library any Python receiver can use.
+
+A :class:`WebhookVerifier` holds one agent's policy (which authentication methods it may
+use, the accepted JWT algorithms, issuer, audience, freshness window, Standard Webhooks
+secrets) and a :class:`JWKSCache` for its keys. ``await verifier.verify(headers, body)``
+checks a request exactly as PROTOCOL.md's "What a receiver must accept" says, on the raw
+body bytes and before anything is parsed, and returns a :class:`VerifiedWebhook` or
+raises :class:`WebhookRejected` carrying the HTTP status to answer with::
+
+    verifier = WebhookVerifier(
+        VerifyPolicy(issuer="https://agent.example", audience="https://me.example/hook"),
+        JWKSCache("https://agent.example/.well-known/jwks.json"),
+    )
+    try:
+        verified = await verifier.verify(request.headers, await request.read())
+    except WebhookRejected as exc:
+        return json_response({"error": exc.reason, "message": str(exc)}, status=exc.status)
+
+Replay protection needs storage, so it is the caller's: remember ``verified.dedup_key``
+for longer than the freshness window and answer 2xx without acting on a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import enum
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+
+from a2a_push.protocol.constants import (
+    HEADER_AUTHORIZATION,
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_NOTIFICATION_TOKEN_ALT,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_ID,
+    HEADER_WEBHOOK_SIGNATURE,
+    HEADER_WEBHOOK_TIMESTAMP,
+)
+from a2a_push.signing import standard_webhooks
+from a2a_push.signing.jwt import JWTVerificationError, verify_webhook_jwt
+from a2a_push.signing.keys import ALGORITHMS
+
+DEFAULT_FRESHNESS_SECONDS: Final = 300
+DEFAULT_JWKS_TTL_SECONDS: Final = 300.0
+DEFAULT_JWKS_MIN_REFRESH_SECONDS: Final = 30.0
+_MAX_ID_LENGTH: Final = 256
+
+
+class AuthMethod(enum.StrEnum):
+    """How a webhook may prove where it came from."""
+
+    JWT = "jwt"
+    """A JWT signed with the agent's key (``X-A2A-Signature`` or ``Authorization: Bearer``)."""
+    TOKEN = "token"  # noqa: S105 - a method name
+    """The subscription's token in ``X-A2A-Notification-Token``: what the official SDKs send."""
+    STANDARD_WEBHOOKS = "standard-webhooks"
+    """A Standard Webhooks ``v1`` HMAC over id, timestamp and body."""
+
+
+class WebhookRejected(Exception):
+    """A webhook request was refused; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def _unauthorized(reason: str, message: str) -> WebhookRejected:
+    return WebhookRejected(401, reason, message)
+
+
+@dataclass(frozen=True)
+class VerifyPolicy:
+    """What one agent's webhooks must satisfy.
+
+    ``methods`` lists the authentication an agent may use: keep ``token`` off for agents
+    that sign, since a token alone proves less (it travels with every request).
+    ``audience`` is this receiver's webhook URL as the agent knows it; ``issuer`` is the
+    agent's base URL, the JWT ``iss``. Either may be None to skip that check.
+    """
+
+    methods: frozenset[AuthMethod] = frozenset({AuthMethod.JWT})
+    issuer: str | None = None
+    audience: str | None = None
+    algorithms: tuple[str, ...] = ALGORITHMS
+    freshness_seconds: int = DEFAULT_FRESHNESS_SECONDS
+    standard_webhooks_secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise ValueError("methods: allow at least one authentication method")
+        unknown = set(self.algorithms) - set(ALGORITHMS)
+        if unknown:
+            raise ValueError(f"algorithms: unsupported {sorted(unknown)}; use {ALGORITHMS}")
+        if self.freshness_seconds <= 0:
+            raise ValueError("freshness_seconds must be positive")
+        if AuthMethod.STANDARD_WEBHOOKS in self.methods and not self.standard_webhooks_secrets:
+            raise ValueError(
+                "standard_webhooks_secrets: the standard-webhooks method needs a whsec_ secret"
+            )
+
+
+@dataclass(frozen=True)
+class VerifiedWebhook:
+    """A webhook that passed authentication and the freshness window."""
+
+    method: AuthMethod
+    dedup_key: str
+    """``jti`` / ``webhook-id``; for token-only senders without an id, the body's SHA-256."""
+    timestamp: float | None
+    claims: Mapping[str, Any] | None = None
+    """The verified JWT claims (``taskId``, ``configId``, ``seq``, ...) for the JWT method."""
+
+    @property
+    def task_id(self) -> str | None:
+        value = self.claims.get("taskId") if self.claims else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def config_id(self) -> str | None:
+        value = self.claims.get("configId") if self.claims else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def seq(self) -> int | None:
+        value = self.claims.get("seq") if self.claims else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def token_digest(token: str) -> str:
+    """The hex SHA-256 a receiver stores instead of a subscription token."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def presented_jwt(headers: Mapping[str, str]) -> str | None:
+    """The JWT a request carries: ``X-A2A-Signature``, else a bearer token shaped as a JWS."""
+    value = headers.get(HEADER_SIGNATURE)
+    if value:
+        return value.strip()
+    auth = headers.get(HEADER_AUTHORIZATION, "")
+    scheme, _, credentials = auth.partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer" and credentials.count(".") == 2:
+        return credentials
+    return None
+
+
+def presented_token(headers: Mapping[str, str]) -> str | None:
+    """The notification token a request carries, under either header name."""
+    return headers.get(HEADER_NOTIFICATION_TOKEN) or headers.get(HEADER_NOTIFICATION_TOKEN_ALT)
+
+
+def unverified_issuer(token: str) -> str | None:
+    """The ``iss`` claim of a JWT *without verifying it*: only to pick which agent to ask."""
+    parts = token.split(".")
+    if len(parts) != 3 or len(parts[1]) > 16_384:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    iss = payload.get("iss") if isinstance(payload, dict) else None
+    return iss if isinstance(iss, str) else None
+
+
+class JWKSCache:
+    """An agent's JWK Set, fetched over HTTP and cached.
+
+    The set is refetched after ``ttl`` seconds, and at once when a JWT names a ``kid`` it
+    does not hold (a key rotation), but at most every ``min_refresh`` seconds, so forged
+    kids cannot make the receiver hammer the agent. Concurrent callers share one fetch.
+    A static set can be given instead of a URL (``JWKSCache.static(jwks)``).
+    """
+
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        ttl: float = DEFAULT_JWKS_TTL_SECONDS,
+        min_refresh: float = DEFAULT_JWKS_MIN_REFRESH_SECONDS,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.url = url
+        self._session = session
+        self._ttl = ttl
+        self._min_refresh = min_refresh
+        self._timeout = timeout
+        self._headers = dict(headers or {})
+        self._jwks: dict[str, Any] | None = None
+        self._fetched_at = float("-inf")
+        self._lock = asyncio.Lock()
+        self.fetches = 0
+
+    @classmethod
+    def static(cls, jwks: Mapping[str, Any]) -> JWKSCache:
+        cache = cls(None)
+        cache._jwks = dict(jwks)
+        cache._fetched_at = float("inf")
+        return cache
+
+    def bind_session(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    async def get(self, *, refresh_for_kid: str | None = None) -> dict[str, Any]:
+        """The current set; refreshed when stale, or when it lacks ``refresh_for_kid``."""
+        now = time.monotonic()
+        jwks = self._jwks
+        if jwks is not None and now - self._fetched_at < self._ttl:
+            if refresh_for_kid is None or _has_kid(jwks, refresh_for_kid):
+                return jwks
+            if now - self._fetched_at < self._min_refresh:
+                return jwks  # rate-limited: an unknown kid will fail verification
+        if self.url is None:
+            if jwks is None:
+                raise _unauthorized("no_jwks", "no JWK Set is configured for this agent")
+            return jwks
+        async with self._lock:
+            if self._jwks is not None and self._fetched_at > now:
+                return self._jwks  # another caller refreshed while we waited
+            try:
+                self._jwks = await self._fetch()
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                if self._jwks is not None:
+                    return self._jwks  # keep verifying with what we have
+                raise WebhookRejected(
+                    503, "jwks_unavailable", f"the agent's JWK Set could not be fetched: {exc}"
+                ) from exc
+            finally:
+                self._fetched_at = time.monotonic()
+            return self._jwks
+
+    async def _fetch(self) -> dict[str, Any]:
+        assert self.url is not None
+        self.fetches += 1
+        own = self._session is None
+        session = self._session or aiohttp.ClientSession()
+        try:
+            async with session.get(
+                self.url,
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                allow_redirects=False,
+            ) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"HTTP {resp.status} from {self.url}")
+                data = await resp.json(content_type=None)
+        finally:
+            if own:
+                await session.close()
+        if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
+            raise ValueError(f"{self.url} did not return a JWK Set")
+        return data
+
+
+def _has_kid(jwks: Mapping[str, Any], kid: str) -> bool:
+    return any(isinstance(k, Mapping) and k.get("kid") == kid for k in jwks.get("keys", ()))
+
+
+def _jwt_kid(token: str) -> str | None:
+    head = token.split(".", 1)[0]
+    if len(head) > 4096:
+        return None
+    try:
+        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    kid = header.get("kid") if isinstance(header, dict) else None
+    return kid if isinstance(kid, str) else None
+
+
+def _check_id(value: str | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if not value or len(value) > _MAX_ID_LENGTH or not value.isprintable():
+        raise WebhookRejected(400, "bad_header", f"the {name} header is not a valid id")
+    return value
+
+
+class WebhookVerifier:
+    """Verifies webhooks from one agent under its :class:`VerifyPolicy`."""
+
+    def __init__(self, policy: VerifyPolicy, jwks: JWKSCache | None = None) -> None:
+        if AuthMethod.JWT in policy.methods and jwks is None:
+            raise ValueError("jwks: the jwt method needs a JWKSCache")
+        self.policy = policy
+        self.jwks = jwks
+
+    async def verify(
+        self,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        expected_token_digest: str | None = None,
+        now: float | None = None,
+    ) -> VerifiedWebhook:
+        """Authenticate a request and check its freshness; raise :class:`WebhookRejected`.
+
+        The strongest method the request offers and the policy allows is used: a JWT,
+        then a Standard Webhooks signature, then a token. ``expected_token_digest`` (see
+        :func:`token_digest`) is the subscription's token: it is required for the token
+        method, and when given, a token the request also carries must match it.
+        """
+        current = time.time() if now is None else now
+        policy = self.policy
+        webhook_id = _check_id(headers.get(HEADER_WEBHOOK_ID), HEADER_WEBHOOK_ID)
+        timestamp = self._timestamp(headers, current)
+        token = presented_token(headers)
+        if token is not None and expected_token_digest is not None:
+            check_token(token, expected_token_digest)
+
+        jwt_value = presented_jwt(headers)
+        if jwt_value is not None and AuthMethod.JWT in policy.methods:
+            return await self._verify_jwt(jwt_value, body, webhook_id, timestamp, current)
+        signature = headers.get(HEADER_WEBHOOK_SIGNATURE)
+        if signature is not None and AuthMethod.STANDARD_WEBHOOKS in policy.methods:
+            return self._verify_standard(signature, body, webhook_id, headers, current)
+        if token is not None and AuthMethod.TOKEN in policy.methods:
+            if expected_token_digest is None:
+                raise _unauthorized("bad_token", "the notification token is not known")
+            return VerifiedWebhook(
+                AuthMethod.TOKEN,
+                dedup_key=webhook_id or "sha256:" + hashlib.sha256(body).hexdigest(),
+                timestamp=timestamp,
+            )
+        offered = [
+            name
+            for name, present in (
+                ("a JWT", jwt_value is not None),
+                ("a Standard Webhooks signature", signature is not None),
+                ("a token", token is not None),
+            )
+            if present
+        ]
+        allowed = ", ".join(sorted(m.value for m in policy.methods))
+        if offered:
+            raise _unauthorized(
+                "method_not_allowed",
+                f"the request offers {' and '.join(offered)}; this agent may use: {allowed}",
+            )
+        raise _unauthorized("no_credentials", f"the request is not authenticated ({allowed})")
+
+    def _timestamp(self, headers: Mapping[str, str], current: float) -> float | None:
+        raw = headers.get(HEADER_WEBHOOK_TIMESTAMP)
+        if raw is None:
+            return None
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
+            raise WebhookRejected(400, "bad_header", "webhook-timestamp is not unix seconds")
+        value = float(int(raw))
+        if abs(current - value) > self.policy.freshness_seconds:
+            raise _unauthorized("stale", "webhook-timestamp is outside the freshness window")
+        return value
+
+    async def _verify_jwt(
+        self,
+        token: str,
+        body: bytes,
+        webhook_id: str | None,
+        timestamp: float | None,
+        current: float,
+    ) -> VerifiedWebhook:
+        assert self.jwks is not None
+        policy = self.policy
+        jwks = await self.jwks.get(refresh_for_kid=_jwt_kid(token))
+        try:
+            claims = verify_webhook_jwt(
+                token,
+                jwks=jwks,
+                body=body,
+                audience=policy.audience,
+                issuer=policy.issuer,
+                algorithms=policy.algorithms,
+                leeway=60,
+                now=int(current),
+            )
+        except JWTVerificationError as exc:
+            raise _unauthorized(exc.reason, f"the JWT was refused: {exc}") from exc
+        iat = float(claims["iat"])
+        if abs(current - iat) > policy.freshness_seconds:
+            raise _unauthorized("stale", "the JWT iat is outside the freshness window")
+        jti = _check_id(claims["jti"], "jti")
+        assert jti is not None
+        if webhook_id is not None and not hmac.compare_digest(webhook_id, jti):
+            raise _unauthorized("id_mismatch", "webhook-id does not match the JWT jti")
+        return VerifiedWebhook(AuthMethod.JWT, jti, timestamp or iat, claims)
+
+    def _verify_standard(
+        self,
+        signature: str,
+        body: bytes,
+        webhook_id: str | None,
+        headers: Mapping[str, str],
+        current: float,
+    ) -> VerifiedWebhook:
+        raw_ts = headers.get(HEADER_WEBHOOK_TIMESTAMP)
+        if webhook_id is None or raw_ts is None:
+            raise WebhookRejected(
+                400, "bad_header", "Standard Webhooks needs webhook-id and webhook-timestamp"
+            )
+        for secret in self.policy.standard_webhooks_secrets:
+            try:
+                standard_webhooks.verify(
+                    secret,
+                    msg_id=webhook_id,
+                    timestamp=raw_ts,
+                    signature_header=signature,
+                    body=body,
+                    tolerance=self.policy.freshness_seconds,
+                    now=int(current),
+                )
+            except standard_webhooks.StandardWebhooksVerificationError:
+                continue
+            return VerifiedWebhook(AuthMethod.STANDARD_WEBHOOKS, webhook_id, float(raw_ts))
+        raise _unauthorized("bad_signature", "no Standard Webhooks signature matches")
+
+
+def check_token(token: str, expected_digest: str) -> None:
+    """Compare a presented token with a stored :func:`token_digest` in constant time."""
+    if not hmac.compare_digest(token_digest(token).encode(), expected_digest.encode()):
+        raise _unauthorized("bad_token", "the notification token does not match")
+
+
+def allowed_methods(names: Collection[str]) -> frozenset[AuthMethod]:
+    """Parse method names (``jwt``, ``token``, ``standard-webhooks``) with a clear error."""
+    out = set()
+    for name in names:
+        try:
+            out.add(AuthMethod(name.strip().lower().replace("_", "-")))
+        except ValueError:
+            choices = ", ".join(m.value for m in AuthMethod)
+            raise ValueError(f"unknown authentication method {name!r}; use {choices}") from None
+    return frozenset(out)
