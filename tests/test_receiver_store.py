@@ -1,0 +1,157 @@
+"""The receiver store contract (SQLite; PostgreSQL joins with the gateway issue)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from receiver.sqlite_store import SQLiteReceiverStore
+from receiver.store import (
+    Notification,
+    ReceiverStore,
+    Subscription,
+    SubscriptionState,
+    TaskSnapshot,
+)
+
+AGENT = "http://agent.test"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[ReceiverStore]:
+    async with SQLiteReceiverStore(tmp_path / "r.db", synchronous="NORMAL") as s:
+        yield s
+
+
+def sub(
+    id: str = "sub_1", client: str = "alice", task: str = "t1", digest: str = "d1"
+) -> Subscription:
+    return Subscription(
+        id=id,
+        client_id=client,
+        agent_url=AGENT,
+        task_id=task,
+        token_digest=digest,
+        state=SubscriptionState.ACTIVE,
+        created_at=1.0,
+    )
+
+
+def note(key: str, task: str = "t1") -> Notification:
+    return Notification(
+        agent_url=AGENT,
+        task_id=task,
+        dedup_key=key,
+        subscription_id="sub_1",
+        method="jwt",
+        kind="statusUpdate",
+        body=b"{}",
+        received_at=100.0,
+    )
+
+
+def snap(
+    generation: int, state: str = "TASK_STATE_WORKING", ts: str | None = None, task: str = "t1"
+) -> TaskSnapshot:
+    return TaskSnapshot(
+        agent_url=AGENT,
+        task_id=task,
+        context_id="ctx",
+        state=state,
+        final=state in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED"),
+        status_timestamp=ts,
+        generation=generation,
+        task={"id": task, "contextId": "ctx", "status": {"state": state}},
+        updated_at=float(generation),
+    )
+
+
+async def test_adding_the_same_clients_subscription_twice_returns_the_first(
+    store: ReceiverStore,
+) -> None:
+    first = await store.add_subscription(sub("sub_1", digest="a"))
+    again = await store.add_subscription(sub("sub_2", digest="b"))
+    assert again.id == first.id == "sub_1"
+    other = await store.add_subscription(sub("sub_3", client="bob", digest="c"))
+    assert other.id == "sub_3"
+    assert [s.id for s in await store.subscriptions_for_task(AGENT, "t1")] == ["sub_1", "sub_3"]
+
+
+async def test_subscription_lookup_by_token_digest_and_deletion(store: ReceiverStore) -> None:
+    await store.add_subscription(sub(digest="abc"))
+    found = await store.subscription_by_token("abc")
+    assert found is not None and found.id == "sub_1"
+    deleted = await store.delete_subscription("sub_1", now=5.0)
+    assert deleted is not None and deleted.state is SubscriptionState.DELETED
+    assert deleted.deleted_at == 5.0
+    # After deletion the client may subscribe again.
+    again = await store.add_subscription(sub("sub_2", digest="xyz"))
+    assert again.id == "sub_2"
+    assert await store.delete_subscription("nope", now=1.0) is None
+
+
+async def test_record_deduplicates_per_agent_and_key(store: ReceiverStore) -> None:
+    first = await store.record(note("msg_1"))
+    assert first is not None
+    assert await store.record(note("msg_1")) is None
+    assert await store.seen(AGENT, "msg_1")
+    assert not await store.seen(AGENT, "msg_2")
+    second = await store.record(note("msg_2"))
+    assert second is not None and second > first
+
+
+async def test_pending_fetches_group_by_task_until_marked(store: ReceiverStore) -> None:
+    a = await store.record(note("m1", task="t1"))
+    b = await store.record(note("m2", task="t1"))
+    c = await store.record(note("m3", task="t2"))
+    pending = {(p.task_id, p.up_to) for p in await store.pending_fetches()}
+    assert pending == {("t1", b), ("t2", c)}
+    await store.mark_fetched(AGENT, "t1", a)  # covers only the first
+    assert {(p.task_id, p.up_to) for p in await store.pending_fetches()} == {("t1", b), ("t2", c)}
+    await store.mark_fetched(AGENT, "t1", b)
+    assert [p.task_id for p in await store.pending_fetches()] == ["t2"]
+
+
+async def test_snapshots_never_go_backwards(store: ReceiverStore) -> None:
+    assert await store.save_snapshot(snap(5, ts="2026-01-01T00:00:05Z")) is not None
+    assert await store.save_snapshot(snap(3)) is None  # an older fetch finishing late
+    assert await store.save_snapshot(snap(6, ts="2026-01-01T00:00:01Z")) is None  # older status
+    assert await store.save_snapshot(snap(6, "TASK_STATE_COMPLETED")) is not None
+    assert await store.save_snapshot(snap(9, "TASK_STATE_WORKING")) is None  # final is final
+    current = await store.get_snapshot(AGENT, "t1")
+    assert current is not None and current.state == "TASK_STATE_COMPLETED" and current.final
+
+
+async def test_clients_see_only_their_tasks_and_events(store: ReceiverStore) -> None:
+    await store.add_subscription(sub("s1", client="alice", task="t1", digest="1"))
+    await store.add_subscription(sub("s2", client="bob", task="t2", digest="2"))
+    e1 = await store.save_snapshot(snap(1, task="t1"))
+    e2 = await store.save_snapshot(snap(1, task="t2"))
+    assert e1 is not None and e2 is not None and e2.id > e1.id
+    alice = await store.events_for_client("alice", after=0)
+    assert [e.task_id for e in alice] == ["t1"]
+    assert await store.events_for_client("alice", after=e1.id) == []
+    assert [s.task_id for s in await store.snapshots_for_client("bob")] == ["t2"]
+    assert await store.snapshots_for_client("bob", context_id="other") == []
+    assert await store.latest_event_id() == e2.id
+
+
+async def test_data_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    async with SQLiteReceiverStore(path) as s:
+        await s.add_subscription(sub())
+        await s.record(note("m1"))
+    async with SQLiteReceiverStore(path) as s:
+        assert await s.get_subscription("sub_1") is not None
+        assert await s.seen(AGENT, "m1")
+        assert len(await s.pending_fetches()) == 1
+
+
+async def test_purge_drops_old_dedup_keys_and_fetched_notifications(store: ReceiverStore) -> None:
+    n = await store.record(note("m1"))
+    assert n is not None
+    await store.mark_fetched(AGENT, "t1", n)
+    assert await store.purge(seen_before=200.0, notifications_before=200.0) == 2
+    assert not await store.seen(AGENT, "m1")
