@@ -25,7 +25,6 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from a2a_push.endpoints import endpoint_of
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 
@@ -176,7 +175,7 @@ class Receiver:
             jwks = None
             if AuthMethod.JWT in agent.methods:
                 jwks = JWKSCache(
-                    agent.jwks_url or endpoint_of(agent.url) + "/.well-known/jwks.json",
+                    agent.jwks_url or agent.origin + "/.well-known/jwks.json",
                     session=self._session,
                 )
                 if agent.jwks_url is None:
@@ -248,7 +247,7 @@ class Receiver:
     async def _discover_jwks(self, agent: AgentSettings, jwks: JWKSCache) -> None:
         """Use the JWKS URL the agent card declares (push-signing extension), if any."""
         assert self._session is not None
-        url = endpoint_of(agent.url) + "/.well-known/agent-card.json"
+        url = agent.origin + "/.well-known/agent-card.json"
         try:
             async with self._session.get(
                 url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False

@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from a2a_push.endpoints import endpoint_of
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
 
@@ -101,7 +100,13 @@ class AgentSettings(_Model):
     def issuers(self) -> tuple[str, ...]:
         if self.issuer is not None:
             return (self.issuer,)
-        return tuple(dict.fromkeys((self.url.rstrip("/"), endpoint_of(self.url))))
+        return tuple(dict.fromkeys((self.url.rstrip("/"), self.origin)))
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host[:port]`` of the agent URL, where its well-known documents live."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}"
 
     @property
     def key(self) -> str:
