@@ -234,6 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
     receiver_cli.add_arguments(receiver)
     receiver.set_defaults(handler=receiver_cli.run)
 
+    from .gateway import cli as gateway_cli
+
+    gateway = command(
+        commands,
+        "gateway",
+        "run the gateway service (agents post events; it signs and delivers)",
+        description="Run the gateway: agents post task events to it, it owns push configs, "
+        "signing and delivery. Several replicas share one PostgreSQL database. Settings come "
+        "from --config, then A2A_GATEWAY_* environment variables, then flags.",
+    )
+    gateway_cli.add_arguments(gateway)
+    gateway.set_defaults(handler=gateway_cli.run)
+
     # keys ------------------------------------------------------------------------------
     keys = command(
         commands,
@@ -272,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--alg", choices=ALGORITHMS, help="algorithm of the new key (default: the current one)"
     )
     rotate.add_argument("--grace-period", type=_non_negative_seconds, default=None, help=grace_help)
+    rotate.add_argument(
+        "--database",
+        metavar="URL",
+        help="rotate the key set a gateway keeps in this database (postgresql://… or the "
+        "gateway's SQLite outbox file) instead of a directory",
+    )
     rotate.set_defaults(handler=_cmd_keys_rotate)
 
     jwks = command(keys_commands, "jwks", "print the public JWK Set receivers verify webhooks with")
@@ -636,6 +655,13 @@ def _cmd_keys_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_rotate(args: argparse.Namespace) -> int:
+    if getattr(args, "database", None):
+        from .gateway.cli import rotate_in_database
+
+        kid, alg = rotate_in_database(str(args.database), args.alg)
+        print(f"new active kid: {kid} ({alg})")
+        _note("running gateways switch to the new key within their key_reload_interval (10 s)")
+        return 0
     directory = _keys_dir(args)
     grace = _grace(args)
     keyset = _load_keyset(directory, grace)

@@ -44,3 +44,10 @@ class SecretDecryptionError(A2APushError):
 
 class StoreClosedError(A2APushError, RuntimeError):
     """The store was used after close()."""
+
+
+class StoreUnavailableError(A2APushError):
+    """The database cannot be reached (down, restarting, unreachable, out of connections).
+
+    Transient: the store reconnects by itself, so the same call may succeed later.
+    """

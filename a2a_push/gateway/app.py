@@ -1,0 +1,375 @@
+"""The gateway service: agents post task events; it owns configs, signing and delivery.
+
+Routes:
+
+- ``POST /v1/tasks/{taskId}/events`` (agent API key): a ``StreamResponse``-shaped
+  event, durable before the 202.
+- ``POST /v1/rpc`` and ``/v1/tasks/{taskId}/pushNotificationConfigs[/{id}]`` (agent API
+  key): the A2A push-config methods for agents that delegate config management; configs
+  are scoped to the agent and to the owner the agent names in ``X-A2A-Owner``.
+- ``GET /.well-known/jwks.json``: the keys every replica signs with (kept in the
+  database).
+- ``/admin/...`` (admin key): deliveries (list, show, replay), endpoint health,
+  configs (disable, enable).
+- ``GET /metrics``, ``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.errors import StoreUnavailableError
+from a2a_push.metrics import add_metrics_route
+from a2a_push.notifier import PushNotifier
+from a2a_push.protocol.jsonrpc import A2AError
+from a2a_push.protocol.types import (
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a_push.server import PushConfigService, mount
+from a2a_push.signing.keys import KeySet
+from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
+
+from .settings import GatewaySettings
+from .state import GatewayState, open_gateway_state
+
+log = logging.getLogger(__name__)
+
+HEADER_OWNER: Final = "X-A2A-Owner"
+RETRY_AFTER_SECONDS: Final = "2"
+_OWNER_CACHE: Final = 100_000
+
+
+class Gateway:
+    """The gateway's parts: notifier (outbox, dispatcher, signer), state and API keys."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        keys = [k.get_secret_value() for k in settings.encryption_keys] or None
+        self.state: GatewayState = open_gateway_state(settings.database_url, keys)
+        store = open_store(settings.database_url, StoreOptions(encryption_keys=keys))
+        # A placeholder key set: start() adopts the keys stored in the database.
+        self._keyset = KeySet.generate()
+        self.notifier = PushNotifier(
+            store,
+            issuer=settings.base_url,
+            keyset=self._keyset,
+            address_policy=AddressPolicy(list(settings.allow_webhook_hosts)),
+            key_reload_interval=0,
+        )
+        self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}
+        self._admins = [_digest(k.get_secret_value()) for k in settings.admin_keys]
+        self._owners: OrderedDict[str, str] = OrderedDict()  # task id -> agent id (immutable)
+        self._key_watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.state.open()
+        await self.reload_keys()
+        await self.notifier.start()
+        self._key_watcher = asyncio.create_task(self._watch_keys(), name="gateway-keys")
+
+    async def stop(self) -> None:
+        if self._key_watcher is not None:
+            self._key_watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._key_watcher
+        await self.notifier.stop()
+        await self.state.close()
+
+    async def reload_keys(self) -> bool:
+        """Adopt keys another replica (or ``a2a-push keys rotate``) stored; True if changed."""
+        keys = await self.state.load_keys()
+        if [(k.kid, k.retired_at) for k in keys] == [
+            (k.kid, k.retired_at) for k in self._keyset.keys
+        ]:
+            return False
+        self._keyset._adopt(KeySet(keys, grace_period=self._keyset.grace_period))
+        log.info("signing keys reloaded; active kid %s", self._keyset.active.kid)
+        return True
+
+    async def _watch_keys(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.key_reload_interval)
+            try:
+                await self.reload_keys()
+            except Exception:
+                log.warning("reloading signing keys failed; still using the old set", exc_info=True)
+
+    # ---- identities ------------------------------------------------------------------
+
+    def agent_for(self, headers: Mapping[str, str]) -> str | None:
+        key = _bearer(headers)
+        if key is None:
+            return None
+        digest = _digest(key)
+        found = None
+        for known, agent in self._agents.items():
+            if hmac.compare_digest(known, digest):
+                found = agent
+        return found
+
+    def is_admin(self, headers: Mapping[str, str]) -> bool:
+        key = _bearer(headers)
+        if key is None:
+            return False
+        digest = _digest(key)
+        return any(hmac.compare_digest(known, digest) for known in self._admins)
+
+    async def owns(
+        self, agent_id: str, task_id: str, status: dict[str, Any] | None, context: str | None
+    ) -> bool:
+        """Whether ``agent_id`` owns ``task_id`` (claiming it when new); records its status."""
+        cached = self._owners.get(task_id)
+        if cached is not None and cached != agent_id:
+            return False
+        if cached is not None and status is None and context is None:
+            return True
+        ok = await self.state.claim_task(task_id, agent_id, context_id=context, status=status)
+        if ok:
+            self._owners[task_id] = agent_id
+            if len(self._owners) > _OWNER_CACHE:
+                self._owners.popitem(last=False)
+        return ok
+
+    async def task_for(self, task_id: str, owner: str) -> Task | None:
+        """The push-config service's task lookup: the task if the owner's agent owns it."""
+        agent_id = owner.split("/", 1)[0]
+        if not await self.owns(agent_id, task_id, None, None):
+            return None
+        known = await self.state.owner(task_id)
+        status = (known.status if known else None) or {"state": TaskState.SUBMITTED.value}
+        try:
+            return Task(
+                id=task_id,
+                context_id=(known.context_id if known else None) or task_id,
+                status=TaskStatus.model_validate(status),
+            )
+        except ValidationError:
+            return Task(
+                id=task_id, context_id=task_id, status=TaskStatus(state=TaskState.SUBMITTED)
+            )
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
+    value = value.strip()
+    return value if scheme.lower() == "bearer" and value else None
+
+
+def _error(status: int, reason: str, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": reason, "message": message}, status=status, headers=headers)
+
+
+def _unavailable(exc: Exception) -> web.Response:
+    return _error(
+        503,
+        "unavailable",
+        f"the database is unavailable ({exc}); retry after a moment",
+        **{"Retry-After": RETRY_AFTER_SECONDS},
+    )
+
+
+def _event_task_id(event: StreamResponse) -> str | None:
+    inner = event.event
+    if isinstance(inner, Task):
+        return inner.id
+    if isinstance(inner, TaskStatusUpdateEvent | TaskArtifactUpdateEvent):
+        return inner.task_id
+    return None
+
+
+GATEWAY: Final = web.AppKey("a2a_push_gateway", Gateway)
+
+
+def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> web.Application:
+    """The gateway as an aiohttp application; it starts and stops with the app."""
+    gw = gateway or Gateway(settings)
+    limit = settings.max_body_bytes
+
+    @web.middleware
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/v1/") and gw.agent_for(request.headers) is None:
+            return _error(401, "unauthorized", "send Authorization: Bearer <agent API key>")
+        if path.startswith("/admin/") and not gw.is_admin(request.headers):
+            return _error(401, "unauthorized", "send Authorization: Bearer <admin key>")
+        try:
+            return await handler(request)
+        except StoreUnavailableError as exc:
+            return _unavailable(exc)
+
+    async def post_event(request: web.Request) -> web.Response:
+        agent_id = gw.agent_for(request.headers)
+        assert agent_id is not None
+        task_id = request.match_info["task_id"]
+        if request.content_type not in ("application/json", "application/a2a+json"):
+            return _error(415, "unsupported_media_type", "send application/json")
+        if request.content_length is not None and request.content_length > limit:
+            return _error(413, "too_large", f"the body is over {limit} bytes")
+        raw = await request.content.read(limit + 1)
+        if len(raw) > limit:
+            return _error(413, "too_large", f"the body is over {limit} bytes")
+        try:
+            event = StreamResponse.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            return _error(400, "invalid_event", f"{where}: {first['msg']}")
+        event_task = _event_task_id(event)
+        if event_task is None:
+            return _error(400, "invalid_event", "post a task, statusUpdate or artifactUpdate")
+        if event_task != task_id:
+            return _error(400, "invalid_event", f"the event is for task {event_task!r}")
+        inner = event.event
+        status = inner.status if isinstance(inner, Task | TaskStatusUpdateEvent) else None
+        context = getattr(inner, "context_id", None)
+        status_json = status.to_json_dict() if status is not None else None
+        if not await gw.owns(agent_id, task_id, status_json, context):
+            return _error(404, "task_not_found", f"task {task_id!r} was not found")
+        result = await gw.notifier.publish(task_id, event)
+        return web.json_response(
+            {"taskId": task_id, "seq": result.seq, "deliveries": len(result.delivery_ids)},
+            status=202,
+        )
+
+    async def owner_of(headers: Mapping[str, str]) -> str:
+        agent_id = gw.agent_for(headers)
+        if agent_id is None:
+            raise A2AError.invalid_request("an agent API key is required")
+        owner = headers.get(HEADER_OWNER, "default")
+        if not owner or len(owner) > 256 or not owner.isprintable():
+            raise A2AError.invalid_params(f"{HEADER_OWNER}: a printable owner id is required")
+        return f"{agent_id}/{owner}"
+
+    # ---- admin -----------------------------------------------------------------------
+
+    def _delivery_json(d: Any) -> dict[str, Any]:
+        return {
+            "id": d.id,
+            "taskId": d.task_id,
+            "configKey": d.config_key,
+            "state": d.state.value if hasattr(d.state, "value") else d.state,
+            "attempts": d.attempts,
+            "seq": d.seq,
+            "lastError": getattr(d, "last_error", None),
+            "createdAt": getattr(d, "created_at", None),
+        }
+
+    async def list_deliveries(request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            state = DeliveryState(q["state"]) if "state" in q else None
+            limit = min(int(q.get("limit", "100")), 1000)
+            since = float(q["since"]) if "since" in q else None
+            until = float(q["until"]) if "until" in q else None
+        except ValueError as exc:
+            return _error(400, "invalid", f"bad query parameter: {exc}")
+        found = await gw.notifier.store.list_deliveries(
+            DeliveryFilter(
+                state=state,
+                task_id=q.get("task"),
+                config_key=q.get("config"),
+                created_after=since,
+                created_before=until,
+                limit=limit,
+                after_id=q.get("after"),
+            )
+        )
+        return web.json_response({"deliveries": [_delivery_json(d) for d in found]})
+
+    async def show_delivery(request: web.Request) -> web.Response:
+        d = await gw.notifier.store.get_delivery(request.match_info["id"])
+        if d is None:
+            return _error(404, "not_found", "no such delivery")
+        return web.json_response(_delivery_json(d))
+
+    async def replay(request: web.Request) -> web.Response:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            return _error(400, "malformed", "the body is not valid JSON")
+        ids = body.get("ids") if isinstance(body, dict) else None
+        if ids is None and isinstance(body, dict) and ("since" in body or "until" in body):
+            found = await gw.notifier.store.list_deliveries(
+                DeliveryFilter(
+                    state=DeliveryState.DEAD,
+                    created_after=body.get("since"),
+                    created_before=body.get("until"),
+                    task_id=body.get("task"),
+                    limit=10_000,
+                )
+            )
+            ids = [d.id for d in found]
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return _error(400, "invalid", 'send {"ids": [...]} or {"since": t, "until": t}')
+        return web.json_response({"replayed": await gw.notifier.replay(ids)})
+
+    async def endpoints(request: web.Request) -> web.Response:
+        health = gw.notifier.dispatcher.health
+        return web.json_response({"open": sorted(health.open_endpoints())})
+
+    async def set_config(request: web.Request) -> web.Response:
+        enabled = request.match_info["action"] == "enable"
+        ok = await gw.notifier.store.set_config_enabled(
+            request.match_info["key"], enabled, None if enabled else "disabled by an operator"
+        )
+        if not ok:
+            return _error(404, "not_found", "no such config")
+        return web.json_response({"key": request.match_info["key"], "enabled": enabled})
+
+    async def healthz(request: web.Request) -> web.Response:
+        try:
+            await gw.notifier.store.stats()
+        except Exception as exc:
+            return _error(503, "unavailable", f"the database does not answer: {type(exc).__name__}")
+        return web.json_response({"status": "ok"})
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    app = web.Application(middlewares=[guard], client_max_size=limit + 1)
+    app[GATEWAY] = gw
+    service = PushConfigService(gw.notifier, task_lookup=gw.task_for, owner_resolver=owner_of)
+    app.router.add_post("/v1/tasks/{task_id}/events", post_event)
+    mount(app, service, jsonrpc_path="/v1/rpc", rest_prefix="/v1", jwks=False)
+
+    async def jwks(request: web.Request) -> web.Response:
+        return web.json_response(gw.notifier.jwks(), headers={"Cache-Control": "max-age=60"})
+
+    app.router.add_get("/.well-known/jwks.json", jwks)
+    app.router.add_get("/admin/deliveries", list_deliveries)
+    app.router.add_get("/admin/deliveries/{id}", show_delivery)
+    app.router.add_post("/admin/deliveries/replay", replay)
+    app.router.add_get("/admin/endpoints", endpoints)
+    app.router.add_post("/admin/configs/{key}/{action:enable|disable}", set_config)
+    app.router.add_get("/healthz", healthz)
+
+    add_metrics_route(app, gw.notifier.metrics, before_scrape=gw.notifier.refresh_metrics)
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,120 @@
+"""``a2a-push gateway``: run the gateway service; key rotation in its database."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from a2a_push.signing.keys import Algorithm
+
+from .settings import DEFAULT_PORT, ENV_PREFIX, GatewaySettingsError, load_gateway_settings
+from .state import open_gateway_state
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE", help="a TOML or JSON config file")
+    parser.add_argument("--host", help="listen address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, help=f"listen port (default: {DEFAULT_PORT})")
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="postgresql://user@host/db (replicas share it) or a SQLite file "
+        "(default: DATA_DIR/outbox.db)",
+    )
+    parser.add_argument("--data-dir", type=Path, metavar="DIR", help="default: ./gateway-data")
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the gateway's base URL: JWT issuer (default: http://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--agent-key",
+        action="append",
+        default=[],
+        metavar="AGENT:KEY",
+        help=f"an agent id and its API key (repeat; or {ENV_PREFIX}AGENTS=a:k,b:k)",
+    )
+    parser.add_argument(
+        "--admin-key", action="append", default=[], metavar="KEY", help="an admin API key (repeat)"
+    )
+    parser.add_argument(
+        "--allow-webhook-host",
+        action="append",
+        default=[],
+        metavar="HOST_OR_CIDR",
+        help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="default: INFO")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    agents = []
+    for pair in args.agent_key:
+        agent, sep, key = pair.partition(":")
+        if not sep or not agent or not key:
+            raise GatewaySettingsError(f"--agent-key: expected AGENT:KEY, got {pair!r}")
+        agents.append({"id": agent, "api_key": key})
+    return load_gateway_settings(
+        config_file=args.config,
+        overrides={
+            "host": args.host,
+            "port": args.port,
+            "database": args.database,
+            "data_dir": args.data_dir,
+            "public_url": args.public_url,
+            "agents": agents,
+            "admin_keys": args.admin_key,
+            "allow_webhook_hosts": args.allow_webhook_host,
+        },
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from .app import create_app
+
+    try:
+        settings = _settings(args)
+    except GatewaySettingsError as exc:
+        print(f"gateway: error: {exc}", file=sys.stderr)
+        return 2
+    if not settings.agents:
+        print(
+            "gateway: error: no agents configured; pass --agent-key AGENT:KEY, set "
+            f"{ENV_PREFIX}AGENTS, or list them in a --config file",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(
+        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    where = "PostgreSQL" if settings.is_postgres else settings.database_url
+    print(
+        f"gateway: {settings.base_url}/ on {where}; "
+        f"JWKS at {settings.base_url}/.well-known/jwks.json",
+        flush=True,
+    )
+    web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None)
+    return 0
+
+
+def rotate_in_database(database: str, alg: Algorithm | None) -> tuple[str, str]:
+    """Rotate the gateway's signing key in its database; (new kid, its algorithm)."""
+
+    async def go() -> tuple[str, str]:
+        state = open_gateway_state(database)
+        await state.open()
+        try:
+            current = await state.load_keys()
+            active = [k for k in current if k.retired_at is None]
+            new = await state.rotate_key(alg or (active[0].alg if active else "ES256"))
+            return new.kid, new.alg
+        finally:
+            await state.close()
+
+    return asyncio.run(go())

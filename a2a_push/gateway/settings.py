@@ -1,0 +1,120 @@
+"""Gateway configuration: a file (TOML or JSON), ``A2A_GATEWAY_*`` variables, then flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+ENV_PREFIX: Final = "A2A_GATEWAY_"
+DEFAULT_PORT: Final = 8080
+
+
+class GatewaySettingsError(ValueError):
+    """The configuration is invalid; the message names the setting and what to do."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentKey(_Model):
+    """An agent allowed to post events, and the API key it authenticates with."""
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    api_key: SecretStr
+
+    @field_validator("api_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("an API key needs at least 16 characters")
+        return value
+
+
+class GatewaySettings(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None, description="the gateway's base URL: JWT issuer, JWKS location"
+    )
+    database: str = Field(
+        default="", description="postgresql://… or a SQLite file; default DATA_DIR/outbox.db"
+    )
+    data_dir: Path = Path("gateway-data")
+    agents: tuple[AgentKey, ...] = ()
+    admin_keys: tuple[SecretStr, ...] = ()
+    encryption_keys: tuple[SecretStr, ...] = ()
+    allow_webhook_hosts: tuple[str, ...] = ()
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    key_reload_interval: float = Field(default=10.0, gt=0)
+    lease_seconds: float = Field(default=120.0, gt=0)
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def database_url(self) -> str:
+        return self.database or str(self.data_dir / "outbox.db")
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.database_url.startswith(("postgres://", "postgresql://"))
+
+
+def _pairs(raw: str, name: str) -> list[dict[str, str]]:
+    out = []
+    for pair in raw.split(","):
+        agent, sep, key = pair.strip().partition(":")
+        if not sep or not agent or not key:
+            raise GatewaySettingsError(f"{ENV_PREFIX}{name}: expected agent:key pairs")
+        out.append({"id": agent, "api_key": key})
+    return out
+
+
+def load_gateway_settings(
+    *,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> GatewaySettings:
+    """Merge file < environment < flags and validate, with messages naming the setting."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            text = config_file.read_text("utf-8")
+            data = tomllib.loads(text) if config_file.suffix == ".toml" else json.loads(text)
+        except (OSError, ValueError) as exc:
+            raise GatewaySettingsError(f"config file {config_file}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise GatewaySettingsError(f"config file {config_file}: expected a table/object")
+        values.update(data)
+    env = os.environ if environ is None else environ
+    for name in GatewaySettings.model_fields:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if not raw:
+            continue
+        if name == "agents":
+            values[name] = _pairs(raw, "AGENTS")
+        elif name in ("admin_keys", "encryption_keys", "allow_webhook_hosts"):
+            values[name] = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            values[name] = raw
+    values.update({k: v for k, v in (overrides or {}).items() if v not in (None, [], ())})
+    try:
+        return GatewaySettings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise GatewaySettingsError(f"invalid gateway settings: {problems}") from None

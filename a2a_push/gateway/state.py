@@ -1,0 +1,393 @@
+"""What the gateway keeps beside the outbox: which agent owns each task (and its latest
+known state), and the signing keys every replica signs with.
+
+Two backends: SQLite (a single gateway; its own small file beside the outbox) and
+PostgreSQL (replicas share it). Private keys are sealed with the store's Fernet keys
+when encryption keys are configured.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from cryptography.hazmat.primitives import serialization
+
+from a2a_push.errors import StoreUnavailableError
+from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
+from a2a_push.store.secrets import SecretBox
+
+_SQLITE_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS gateway_tasks (
+    task_id    TEXT PRIMARY KEY,
+    agent_id   TEXT NOT NULL,
+    context_id TEXT,
+    status     TEXT,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gateway_signing_keys (
+    kid        TEXT PRIMARY KEY,
+    alg        TEXT NOT NULL,
+    private    TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    retired_at REAL
+);
+"""
+
+_PG_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS gateway_tasks (
+    task_id    TEXT PRIMARY KEY,
+    agent_id   TEXT NOT NULL,
+    context_id TEXT,
+    status     TEXT,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gateway_signing_keys (
+    kid        TEXT PRIMARY KEY,
+    alg        TEXT NOT NULL,
+    private    TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    retired_at DOUBLE PRECISION
+);
+"""
+# Serialises schema creation and key rotation across replicas.
+_PG_LOCK: Final = 0x6132_6170_6777
+
+
+class TaskOwner:
+    """The agent that owns a task and the task's latest known id/context/status."""
+
+    __slots__ = ("agent_id", "context_id", "status")
+
+    def __init__(self, agent_id: str, context_id: str | None, status: dict[str, Any] | None):
+        self.agent_id = agent_id
+        self.context_id = context_id
+        self.status = status
+
+
+class GatewayState(abc.ABC):
+    """Task ownership and signing keys, shared by every gateway replica on one database."""
+
+    def __init__(self, encryption_keys: Sequence[str] | None = None) -> None:
+        self._box = SecretBox(encryption_keys)
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def claim_task(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        context_id: str | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> bool:
+        """Record that ``agent_id`` owns ``task_id`` (the first agent to name a task owns
+        it) and, when given, its latest context and status. False: another agent owns it."""
+
+    @abc.abstractmethod
+    async def owner(self, task_id: str) -> TaskOwner | None: ...
+
+    @abc.abstractmethod
+    async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]: ...
+
+    @abc.abstractmethod
+    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
+        """Retire the active key and insert ``new`` atomically (serialised across replicas)."""
+
+    @abc.abstractmethod
+    async def _delete_keys(self, kids: Sequence[str]) -> None: ...
+
+    # ---- keys ------------------------------------------------------------------------
+
+    def _seal(self, key: SigningKey) -> str:
+        sealed = self._box.seal(key.private_pem().decode("ascii"), None)
+        assert sealed is not None
+        return sealed
+
+    def _unseal(
+        self, kid: str, alg: str, private: str, created: float, retired: float | None
+    ) -> SigningKey:
+        pem, _ = self._box.open(private)
+        if pem is None:
+            raise KeyStoreError(
+                f"signing key {kid} cannot be decrypted: configure the encryption key it was "
+                "sealed with"
+            )
+        private_key = serialization.load_pem_private_key(pem.encode("ascii"), password=None)
+        return SigningKey(kid, alg, private_key, created, retired)  # type: ignore[arg-type]
+
+    async def load_keys(self, alg: Algorithm = DEFAULT_ALGORITHM) -> list[SigningKey]:
+        """Every stored key; on a fresh database, one new ``alg`` key is created first."""
+        rows = await self._load_rows()
+        if not rows:
+            await self.rotate_key(alg)
+            rows = await self._load_rows()
+        return [self._unseal(*row) for row in rows]
+
+    async def rotate_key(self, alg: Algorithm = DEFAULT_ALGORITHM) -> SigningKey:
+        """A new active key; the previous one is retired (still published for the grace)."""
+        key = SigningKey.generate(alg)
+        await self._rotate_rows((key.kid, key.alg, self._seal(key), key.created_at), key.created_at)
+        return key
+
+    async def prune_keys(self, grace_period: float, now: float | None = None) -> list[str]:
+        at = time.time() if now is None else now
+        expired = [
+            kid
+            for kid, _, _, _, retired in await self._load_rows()
+            if retired is not None and retired + grace_period <= at
+        ]
+        if expired:
+            await self._delete_keys(expired)
+        return expired
+
+
+class SQLiteGatewayState(GatewayState):
+    """Gateway state in a SQLite file (one gateway process)."""
+
+    def __init__(self, path: str | Path, encryption_keys: Sequence[str] | None = None) -> None:
+        super().__init__(encryption_keys)
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.executescript(_SQLITE_SCHEMA)
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreUnavailableError("the gateway state is not open")
+        return self._conn
+
+    async def claim_task(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        context_id: str | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> bool:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(
+                "SELECT agent_id FROM gateway_tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            if row is not None and row[0] != agent_id:
+                conn.execute("ROLLBACK")
+                return False
+            conn.execute(
+                "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+                "context_id = COALESCE(excluded.context_id, context_id), "
+                "status = COALESCE(excluded.status, status), updated_at = excluded.updated_at",
+                (task_id, agent_id, context_id, _dump(status), time.time()),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return True
+
+    async def owner(self, task_id: str) -> TaskOwner | None:
+        row = (
+            self._db()
+            .execute(
+                "SELECT agent_id, context_id, status FROM gateway_tasks WHERE task_id = ?",
+                (task_id,),
+            )
+            .fetchone()
+        )
+        return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
+
+    async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
+        rows = (
+            self._db()
+            .execute(
+                "SELECT kid, alg, private, created_at, retired_at FROM gateway_signing_keys "
+                "ORDER BY created_at"
+            )
+            .fetchall()
+        )
+        return [tuple(r) for r in rows]
+
+    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "UPDATE gateway_signing_keys SET retired_at = ? WHERE retired_at IS NULL", (at,)
+            )
+            conn.execute(
+                "INSERT INTO gateway_signing_keys (kid, alg, private, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                new,
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    async def _delete_keys(self, kids: Sequence[str]) -> None:
+        self._db().executemany(
+            "DELETE FROM gateway_signing_keys WHERE kid = ?", [(k,) for k in kids]
+        )
+
+
+class PostgresGatewayState(GatewayState):
+    """Gateway state in PostgreSQL, shared by replicas."""
+
+    def __init__(
+        self,
+        dsn: str,
+        encryption_keys: Sequence[str] | None = None,
+        *,
+        schema: str | None = None,
+    ) -> None:
+        super().__init__(encryption_keys)
+        self.dsn = dsn
+        self.schema = schema
+        self._pool: Any = None
+
+    async def open(self) -> None:
+        try:
+            import asyncpg
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise StoreUnavailableError(
+                "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
+            ) from exc
+        settings = {"search_path": self.schema} if self.schema else None
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=4, server_settings=settings
+            )
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
+                await conn.execute(_PG_SCHEMA)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _run(self, fn: Any) -> Any:
+        import asyncpg
+
+        if self._pool is None:
+            raise StoreUnavailableError("the gateway state is not open")
+        try:
+            async with self._pool.acquire() as conn:
+                return await fn(conn)
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
+            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+        except TimeoutError as exc:
+            raise StoreUnavailableError("PostgreSQL did not answer in time") from exc
+
+    async def claim_task(
+        self,
+        task_id: str,
+        agent_id: str,
+        *,
+        context_id: str | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> bool:
+        async def op(conn: Any) -> bool:
+            owner = await conn.fetchval(
+                "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
+                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
+                "context_id = COALESCE(EXCLUDED.context_id, gateway_tasks.context_id), "
+                "status = COALESCE(EXCLUDED.status, gateway_tasks.status), "
+                "updated_at = EXCLUDED.updated_at "
+                "WHERE gateway_tasks.agent_id = EXCLUDED.agent_id RETURNING agent_id",
+                task_id,
+                agent_id,
+                context_id,
+                _dump(status),
+                time.time(),
+            )
+            return owner is not None
+
+        return bool(await self._run(op))
+
+    async def owner(self, task_id: str) -> TaskOwner | None:
+        async def op(conn: Any) -> Any:
+            return await conn.fetchrow(
+                "SELECT agent_id, context_id, status FROM gateway_tasks WHERE task_id = $1",
+                task_id,
+            )
+
+        row = await self._run(op)
+        return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
+
+    async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
+        async def op(conn: Any) -> Any:
+            return await conn.fetch(
+                "SELECT kid, alg, private, created_at, retired_at FROM gateway_signing_keys "
+                "ORDER BY created_at"
+            )
+
+        return [tuple(r) for r in await self._run(op)]
+
+    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
+        async def op(conn: Any) -> None:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
+                await conn.execute(
+                    "UPDATE gateway_signing_keys SET retired_at = $1 WHERE retired_at IS NULL", at
+                )
+                await conn.execute(
+                    "INSERT INTO gateway_signing_keys (kid, alg, private, created_at) "
+                    "VALUES ($1, $2, $3, $4)",
+                    *new,
+                )
+
+        await self._run(op)
+
+    async def _delete_keys(self, kids: Sequence[str]) -> None:
+        async def op(conn: Any) -> None:
+            await conn.execute("DELETE FROM gateway_signing_keys WHERE kid = ANY($1)", list(kids))
+
+        await self._run(op)
+
+
+def open_gateway_state(database: str, encryption_keys: Sequence[str] | None = None) -> GatewayState:
+    """PostgreSQL state for a ``postgresql://`` database; for a SQLite outbox file, a
+    ``<name>-gateway.db`` file beside it."""
+    if database.startswith(("postgres://", "postgresql://")):
+        return PostgresGatewayState(database, encryption_keys)
+    path = Path(database.removeprefix("sqlite:///"))
+    return SQLiteGatewayState(path.with_name(path.stem + "-gateway.db"), encryption_keys)
+
+
+def _dump(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _load(value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    data = json.loads(value)
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,201 @@
+"""The gateway on SQLite: ingest, push-config API, signing, admin API, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from a2a_push.cli import main as cli_main
+from a2a_push.gateway.client import GatewayClient, GatewayError
+from a2a_push.protocol.types import TaskState
+from a2a_push.signing import verify_webhook_jwt
+from a2a_push.testing import WebhookSink
+
+from .gateway_support import (
+    ADMIN_KEY,
+    AGENT_KEY,
+    OTHER_KEY,
+    gateway_settings,
+    rpc,
+    running_gateway,
+    status,
+)
+
+STATES = [TaskState.SUBMITTED, TaskState.WORKING, TaskState.COMPLETED]
+
+
+async def test_events_posted_by_an_agent_reach_the_webhook_signed_and_in_order(
+    tmp_path: Path,
+) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, _gw),
+        aiohttp.ClientSession() as session,
+    ):
+        created = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t-1", "id": "cfg", "url": sink.url(), "token": "tok-123"},
+        )
+        assert "result" in created, created
+        async with GatewayClient(url, AGENT_KEY) as client:
+            for state in STATES:
+                answer = await client.publish("t-1", status("t-1", state))
+                assert answer["deliveries"] == 1
+        await sink.wait_for(1 + len(STATES))  # the task snapshot first, then each event
+        async with session.get(url + "/.well-known/jwks.json") as resp:
+            jwks = await resp.json()
+        seqs = []
+        for hook in sink.on("/hook"):
+            claims = verify_webhook_jwt(
+                hook.header("X-A2A-Signature") or "",
+                jwks=jwks,
+                body=hook.body,
+                audience=sink.url(),
+                issuer=url,
+            )
+            seqs.append(claims["seq"])
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        last = json.loads(sink.on("/hook")[-1].body)
+        assert last["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_bad_requests_get_clear_json_errors(tmp_path: Path) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"), max_body_bytes=2048)
+    async with running_gateway(settings) as (url, _gw), aiohttp.ClientSession() as session:
+        events = url + "/v1/tasks/t-1/events"
+        good = json.dumps(
+            {
+                "statusUpdate": {
+                    "taskId": "t-1",
+                    "contextId": "c",
+                    "status": {"state": "TASK_STATE_WORKING"},
+                }
+            }
+        )
+        cases = [
+            ({"Authorization": "Bearer nope-nope-nope-nope"}, good, "application/json", 401),
+            ({}, good, "application/json", 401),
+            ({"Authorization": f"Bearer {AGENT_KEY}"}, "{bad", "application/json", 400),
+            ({"Authorization": f"Bearer {AGENT_KEY}"}, good, "text/plain", 415),
+            ({"Authorization": f"Bearer {AGENT_KEY}"}, "x" * 5000, "application/json", 413),
+            (
+                {"Authorization": f"Bearer {AGENT_KEY}"},
+                good.replace("t-1", "t-2"),
+                "application/json",
+                400,
+            ),
+            ({"Authorization": f"Bearer {AGENT_KEY}"}, '{"message": {}}', "application/json", 400),
+        ]
+        for headers, body, ctype, expected in cases:
+            async with session.post(
+                events, data=body, headers={**headers, "Content-Type": ctype}
+            ) as resp:
+                assert resp.status == expected, (body[:40], await resp.text())
+                assert "message" in await resp.json()
+        # agent-a owns t-1 now; agent-b cannot post to it nor see its configs.
+        async with session.post(
+            events,
+            data=good,
+            headers={"Authorization": f"Bearer {AGENT_KEY}", "Content-Type": "application/json"},
+        ) as resp:
+            assert resp.status == 202
+        async with session.post(
+            events,
+            data=good,
+            headers={"Authorization": f"Bearer {OTHER_KEY}", "Content-Type": "application/json"},
+        ) as resp:
+            assert resp.status == 404
+        listed = await rpc(
+            session, url, "ListTaskPushNotificationConfigs", {"taskId": "t-1"}, OTHER_KEY
+        )
+        assert listed["error"]["code"] == -32001  # TaskNotFound, never "forbidden"
+
+
+async def test_admin_api_lists_replays_and_disables(tmp_path: Path) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, _gw),
+        aiohttp.ClientSession() as session,
+    ):
+        sink.set_default("/hook", 400)  # every delivery is dead-lettered at once
+        created = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t-9", "id": "c", "url": sink.url()},
+        )
+        assert "result" in created
+        async with GatewayClient(url, AGENT_KEY) as client:
+            await client.publish("t-9", status("t-9", TaskState.WORKING))
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        dead: list[dict[str, object]] = []
+        for _ in range(100):
+            async with session.get(
+                url + "/admin/deliveries?state=dead&task=t-9", headers=admin
+            ) as resp:
+                dead = (await resp.json())["deliveries"]
+            if len(dead) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(dead) == 2
+        async with session.get(
+            url + "/admin/deliveries", headers={"Authorization": f"Bearer {AGENT_KEY}"}
+        ) as resp:
+            assert resp.status == 401
+        sink.set_default("/hook", 200)
+        async with session.post(
+            url + "/admin/deliveries/replay", json={"ids": [dead[0]["id"]]}, headers=admin
+        ) as resp:
+            assert (await resp.json())["replayed"] == 1
+        await sink.wait_for(3)
+        async with session.get(url + "/admin/endpoints", headers=admin) as resp:
+            assert resp.status == 200 and "open" in await resp.json()
+        key = dead[0]["configKey"]
+        async with session.post(f"{url}/admin/configs/{key}/disable", headers=admin) as resp:
+            assert (await resp.json())["enabled"] is False
+        async with session.post(f"{url}/admin/configs/nope/disable", headers=admin) as resp:
+            assert resp.status == 404
+        async with session.get(url + "/healthz") as resp:
+            assert resp.status == 200
+        async with session.get(url + "/metrics") as resp:
+            assert "a2a_push_events_published_total" in await resp.text()
+
+
+async def test_rotating_the_key_in_the_database_switches_the_signer(tmp_path: Path) -> None:
+    database = str(tmp_path / "outbox.db")
+    async with (
+        running_gateway(gateway_settings(database)) as (url, gw),
+        aiohttp.ClientSession() as session,
+    ):
+        before = gw.notifier.keyset.active.kid
+        assert await asyncio.to_thread(cli_main, ["keys", "rotate", "--database", database]) == 0
+        for _ in range(100):
+            if gw.notifier.keyset.active.kid != before:
+                break
+            await asyncio.sleep(0.05)
+        after = gw.notifier.keyset.active.kid
+        assert after != before
+        async with session.get(url + "/.well-known/jwks.json") as resp:
+            kids = [k["kid"] for k in (await resp.json())["keys"]]
+        assert kids == [after, before]  # the retired key stays published
+
+
+async def test_client_gives_up_on_refusals_and_retries_unavailability(tmp_path: Path) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"))
+    async with (
+        running_gateway(settings) as (url, _gw),
+        GatewayClient(url, "wrong-key-wrong-key") as c,
+    ):
+        with pytest.raises(GatewayError) as err:
+            await c.publish("t", status("t", TaskState.WORKING))
+        assert err.value.status == 401 and not err.value.retryable
+    async with GatewayClient("http://127.0.0.1:9", AGENT_KEY, attempts=2, deadline=2) as client:
+        with pytest.raises(GatewayError) as err:
+            await client.publish("t", status("t", TaskState.WORKING))
+        assert err.value.retryable
