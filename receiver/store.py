@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -107,6 +108,9 @@ class ReceiverStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    def set_event_listener(self, callback: Callable[[], None]) -> None:  # noqa: B027
+        """Call ``callback`` when another process stores a snapshot (shared backends)."""
 
     async def ping(self) -> None:
         """Raise when the store cannot serve requests (for /healthz)."""

@@ -1,0 +1,357 @@
+"""The receiver's store in PostgreSQL: several receiver replicas behind one load balancer
+share it. A webhook retried to another replica is still deduplicated (one ``seen`` table),
+and every replica's SSE streams hear about every stored snapshot (``LISTEN/NOTIFY``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from a2a_push.errors import StoreUnavailableError
+from a2a_push.store.sql import migrations, queries
+
+from .store import (
+    Notification,
+    PendingFetch,
+    ReceiverStore,
+    Subscription,
+    SubscriptionState,
+    TaskEvent,
+    TaskSnapshot,
+    supersedes,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+EVENTS_CHANNEL: Final = "a2a_receiver_events"
+_PACKAGE: Final = "receiver.sql"
+_LOCK_MIGRATIONS: Final = 0x41325252  # "A2RR"
+_LOCK_EVENTS: Final = 0x41325245  # "A2RE": event ids commit in id order
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class PostgresReceiverStore(ReceiverStore):
+    """Receiver storage in PostgreSQL (``postgresql://user@host/db``)."""
+
+    def __init__(self, dsn: str, *, schema: str | None = None, max_connections: int = 10) -> None:
+        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"schema: {schema!r} is not a plain schema name")
+        self.dsn = dsn
+        self.schema = schema
+        self._max = max_connections
+        self._sql = queries("postgres", _PACKAGE)
+        self._pool: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._on_event: Callable[[], None] | None = None
+
+    def set_event_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever any replica stores a snapshot."""
+        self._on_event = callback
+
+    async def open(self) -> None:
+        import asyncpg
+
+        settings = {"search_path": self.schema} if self.schema else {}
+        settings["application_name"] = "a2a-push-receiver"
+        try:
+            if self.schema:
+                conn = await asyncpg.connect(self.dsn, timeout=5)
+                try:
+                    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                finally:
+                    await conn.close()
+            self._pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=1,
+                max_size=self._max,
+                server_settings=settings,
+                timeout=5,
+                command_timeout=30,
+            )
+            async with self._pool.acquire() as conn:
+                await _migrate(conn)
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
+            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+        self._listener = asyncio.create_task(self._listen(), name="receiver-pg-listen")
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _listen(self) -> None:
+        """Keep one connection listening; reconnect after the server restarts."""
+        import asyncpg
+
+        delay = 0.1
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=5)
+            except (OSError, asyncpg.PostgresError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.1
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+            try:
+                await conn.add_listener(EVENTS_CHANNEL, self._notified)
+                # Snapshots stored while we were away: wake the streams to re-read.
+                self._notified()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), 10)
+                    if not lost.is_set():
+                        await conn.execute("SELECT 1")  # notice a silent network drop
+            except (OSError, asyncpg.PostgresError):
+                pass
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+
+    def _notified(self, *_args: object) -> None:
+        if self._on_event is not None:
+            self._on_event()
+
+    async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        import asyncpg
+
+        if self._pool is None:
+            raise StoreUnavailableError("the receiver store is not open")
+        try:
+            async with self._pool.acquire() as conn:
+                return await fn(conn)
+        except (
+            OSError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.CannotConnectNowError,
+            asyncpg.AdminShutdownError,
+        ) as exc:
+            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+
+    async def _fetch(self, name: str, *args: Any) -> list[Any]:
+        return await self._run(lambda conn: conn.fetch(self._sql[name], *args))
+
+    # ---- subscriptions ---------------------------------------------------------------
+
+    async def add_subscription(self, sub: Subscription) -> Subscription:
+        async def op(conn: Any) -> Subscription:
+            inserted = await conn.fetchval(
+                self._sql["insert_subscription"],
+                sub.id,
+                sub.client_id,
+                sub.agent_url,
+                sub.task_id,
+                sub.token_digest,
+                sub.created_at,
+            )
+            if inserted is not None:
+                return sub
+            row = await conn.fetchrow(
+                self._sql["active_subscription"], sub.client_id, sub.agent_url, sub.task_id
+            )
+            return _subscription(row)
+
+        return await self._run(op)
+
+    async def get_subscription(self, subscription_id: str) -> Subscription | None:
+        rows = await self._fetch("get_subscription", subscription_id)
+        return _subscription(rows[0]) if rows else None
+
+    async def subscription_by_token(self, token_digest: str) -> Subscription | None:
+        rows = await self._fetch("subscription_by_token", token_digest)
+        return _subscription(rows[0]) if rows else None
+
+    async def subscriptions_for_task(self, agent_url: str, task_id: str) -> list[Subscription]:
+        return [
+            _subscription(r)
+            for r in await self._fetch("subscriptions_for_task", agent_url, task_id)
+        ]
+
+    async def list_subscriptions(self, client_id: str) -> list[Subscription]:
+        return [_subscription(r) for r in await self._fetch("list_subscriptions", client_id)]
+
+    async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
+        async def op(conn: Any) -> Subscription | None:
+            await conn.execute(self._sql["delete_subscription"], now, subscription_id)
+            row = await conn.fetchrow(self._sql["get_subscription"], subscription_id)
+            return _subscription(row) if row is not None else None
+
+        return await self._run(op)
+
+    async def remove_subscription(self, subscription_id: str) -> None:
+        await self._run(
+            lambda conn: conn.execute(self._sql["remove_subscription"], subscription_id)
+        )
+
+    # ---- webhooks --------------------------------------------------------------------
+
+    async def seen(self, agent_url: str, dedup_key: str) -> bool:
+        return bool(await self._fetch("is_seen", agent_url, dedup_key))
+
+    async def record(self, n: Notification) -> int | None:
+        async def op(conn: Any) -> int | None:
+            async with conn.transaction():
+                fresh = await conn.fetchval(
+                    self._sql["insert_seen"], n.agent_url, n.dedup_key, n.received_at
+                )
+                if fresh is None:
+                    return None
+                return int(
+                    await conn.fetchval(
+                        self._sql["insert_notification"],
+                        n.agent_url,
+                        n.task_id,
+                        n.subscription_id,
+                        n.dedup_key,
+                        n.method,
+                        n.kind,
+                        n.seq,
+                        n.received_at,
+                        n.body,
+                    )
+                )
+
+        return await self._run(op)
+
+    async def pending_fetches(self, limit: int = 1000) -> list[PendingFetch]:
+        rows = await self._fetch("pending_fetches", limit)
+        return [PendingFetch(r["agent_url"], r["task_id"], int(r["up_to"])) for r in rows]
+
+    async def mark_fetched(self, agent_url: str, task_id: str, up_to: int) -> None:
+        await self._run(
+            lambda conn: conn.execute(self._sql["mark_fetched"], agent_url, task_id, up_to)
+        )
+
+    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
+        async def op(conn: Any) -> int:
+            a = await conn.execute(self._sql["purge_seen"], seen_before)
+            b = await conn.execute(self._sql["purge_notifications"], notifications_before)
+            return int(a.split()[-1]) + int(b.split()[-1])
+
+        return await self._run(op)
+
+    # ---- snapshots and events --------------------------------------------------------
+
+    async def save_snapshot(self, snap: TaskSnapshot) -> TaskEvent | None:
+        data = json.dumps(snap.task, separators=(",", ":"))
+
+        async def op(conn: Any) -> TaskEvent | None:
+            async with conn.transaction():
+                row = await conn.fetchrow(self._sql["lock_task"], snap.agent_url, snap.task_id)
+                if row is not None and not supersedes(snap, _snapshot(row)):
+                    return None
+                await conn.execute(
+                    self._sql["upsert_task"],
+                    snap.agent_url,
+                    snap.task_id,
+                    snap.context_id,
+                    snap.state,
+                    snap.final,
+                    snap.status_timestamp,
+                    snap.generation,
+                    data,
+                    snap.updated_at,
+                )
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_EVENTS)
+                event_id = await conn.fetchval(
+                    self._sql["insert_event"],
+                    snap.agent_url,
+                    snap.task_id,
+                    "task",
+                    data,
+                    snap.updated_at,
+                )
+                await conn.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, str(event_id))
+            return TaskEvent(
+                int(event_id), snap.agent_url, snap.task_id, "task", snap.task, snap.updated_at
+            )
+
+        return await self._run(op)
+
+    async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None:
+        rows = await self._fetch("get_task", agent_url, task_id)
+        return _snapshot(rows[0]) if rows else None
+
+    async def snapshots_for_client(
+        self, client_id: str, *, context_id: str | None = None, limit: int = 100
+    ) -> list[TaskSnapshot]:
+        rows = await self._fetch("snapshots_for_client", client_id, context_id, limit)
+        return [_snapshot(r) for r in rows]
+
+    async def events_for_client(
+        self, client_id: str, *, after: int, limit: int = 100
+    ) -> list[TaskEvent]:
+        rows = await self._fetch("events_for_client", client_id, after, limit)
+        return [
+            TaskEvent(
+                int(r["id"]),
+                r["agent_url"],
+                r["task_id"],
+                r["kind"],
+                json.loads(r["data"]),
+                r["created_at"],
+            )
+            for r in rows
+        ]
+
+    async def latest_event_id(self) -> int:
+        return int((await self._fetch("latest_event_id"))[0][0])
+
+
+async def _migrate(conn: Any) -> None:
+    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_MIGRATIONS)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS receiver_schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        done = {r[0] for r in await conn.fetch("SELECT version FROM receiver_schema_migrations")}
+        for version, script in migrations("postgres", _PACKAGE):
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(script)
+                await conn.execute(
+                    "INSERT INTO receiver_schema_migrations (version) VALUES ($1)", version
+                )
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
+
+
+def _subscription(row: Any) -> Subscription:
+    return Subscription(
+        id=row["id"],
+        client_id=row["client_id"],
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        token_digest=row["token_digest"],
+        state=SubscriptionState(row["state"]),
+        created_at=row["created_at"],
+        deleted_at=row["deleted_at"],
+    )
+
+
+def _snapshot(row: Any) -> TaskSnapshot:
+    return TaskSnapshot(
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        context_id=row["context_id"],
+        state=row["state"],
+        final=bool(row["final"]),
+        status_timestamp=row["status_timestamp"],
+        generation=int(row["generation"]),
+        task=json.loads(row["snapshot"]),
+        updated_at=row["updated_at"],
+    )

@@ -1,0 +1,91 @@
+-- name: insert_subscription
+INSERT INTO receiver_subscriptions
+    (id, client_id, agent_url, task_id, token_digest, state, created_at)
+VALUES ($1, $2, $3, $4, $5, 'active', $6)
+ON CONFLICT (client_id, agent_url, task_id) WHERE state = 'active' DO NOTHING
+RETURNING id;
+
+-- name: active_subscription
+SELECT * FROM receiver_subscriptions
+WHERE client_id = $1 AND agent_url = $2 AND task_id = $3 AND state = 'active';
+
+-- name: get_subscription
+SELECT * FROM receiver_subscriptions WHERE id = $1;
+
+-- name: subscription_by_token
+SELECT * FROM receiver_subscriptions WHERE token_digest = $1;
+
+-- name: subscriptions_for_task
+SELECT * FROM receiver_subscriptions WHERE agent_url = $1 AND task_id = $2 ORDER BY created_at;
+
+-- name: list_subscriptions
+SELECT * FROM receiver_subscriptions WHERE client_id = $1 ORDER BY created_at, id;
+
+-- name: delete_subscription
+UPDATE receiver_subscriptions SET state = 'deleted', deleted_at = $1
+WHERE id = $2 AND state = 'active';
+
+-- name: remove_subscription
+DELETE FROM receiver_subscriptions WHERE id = $1;
+
+-- name: is_seen
+SELECT 1 FROM receiver_seen WHERE agent_url = $1 AND dedup_key = $2;
+
+-- name: insert_seen
+INSERT INTO receiver_seen (agent_url, dedup_key, received_at) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING RETURNING 1;
+
+-- name: insert_notification
+INSERT INTO receiver_notifications
+    (agent_url, task_id, subscription_id, dedup_key, method, kind, seq, received_at, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id;
+
+-- name: pending_fetches
+SELECT agent_url, task_id, MAX(id) AS up_to FROM receiver_notifications
+WHERE NOT fetched GROUP BY agent_url, task_id ORDER BY MIN(id) LIMIT $1;
+
+-- name: mark_fetched
+UPDATE receiver_notifications SET fetched = TRUE
+WHERE agent_url = $1 AND task_id = $2 AND id <= $3 AND NOT fetched;
+
+-- name: purge_seen
+DELETE FROM receiver_seen WHERE received_at < $1;
+
+-- name: purge_notifications
+DELETE FROM receiver_notifications WHERE fetched AND received_at < $1;
+
+-- name: lock_task
+SELECT * FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2 FOR UPDATE;
+
+-- name: get_task
+SELECT * FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2;
+
+-- name: upsert_task
+INSERT INTO receiver_tasks (agent_url, task_id, context_id, state, final, status_timestamp,
+                            generation, snapshot, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (agent_url, task_id) DO UPDATE SET
+    context_id = EXCLUDED.context_id, state = EXCLUDED.state, final = EXCLUDED.final,
+    status_timestamp = EXCLUDED.status_timestamp, generation = EXCLUDED.generation,
+    snapshot = EXCLUDED.snapshot, updated_at = EXCLUDED.updated_at;
+
+-- name: insert_event
+INSERT INTO receiver_events (agent_url, task_id, kind, data, created_at)
+VALUES ($1, $2, $3, $4, $5) RETURNING id;
+
+-- name: snapshots_for_client
+SELECT t.* FROM receiver_tasks t
+WHERE ($2::text IS NULL OR t.context_id = $2)
+  AND EXISTS (SELECT 1 FROM receiver_subscriptions s
+              WHERE s.client_id = $1 AND s.agent_url = t.agent_url AND s.task_id = t.task_id)
+ORDER BY t.updated_at DESC LIMIT $3;
+
+-- name: events_for_client
+SELECT e.* FROM receiver_events e
+WHERE e.id > $2
+  AND EXISTS (SELECT 1 FROM receiver_subscriptions s
+              WHERE s.client_id = $1 AND s.agent_url = e.agent_url AND s.task_id = e.task_id)
+ORDER BY e.id LIMIT $3;
+
+-- name: latest_event_id
+SELECT COALESCE(MAX(id), 0) FROM receiver_events;
