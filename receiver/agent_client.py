@@ -99,9 +99,11 @@ class AgentClient:
                 retryable=code == -32603,
                 code=code if isinstance(code, int) else None,
             )
-        if status != 200 or "result" not in data:
+        if status != 200 or not ("result" in data or data.get("jsonrpc") == "2.0"):
             raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=False)
-        return data["result"]
+        # A success without "result" means null: the a2a-sdk's v0.3 adapter serializes
+        # with exclude_none, so its tasks/pushNotificationConfig/delete answers that way.
+        return data.get("result")
 
     async def get_task(self, task_id: str, history_length: int | None = None) -> dict[str, Any]:
         """The task as a v1.0 JSON object (a v0.3 agent's answer is converted)."""

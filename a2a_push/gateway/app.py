@@ -29,7 +29,10 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import ValidationError
 
+from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import PushNotifier
@@ -71,6 +74,11 @@ class Gateway:
             issuer=settings.base_url,
             keyset=self._keyset,
             address_policy=AddressPolicy(list(settings.allow_webhook_hosts)),
+            timeouts=Timeouts(
+                connect=min(5.0, settings.request_timeout), total=settings.request_timeout
+            ),
+            retry=RetryPolicy(quick_attempts=settings.quick_attempts),
+            dispatcher=DispatcherOptions(lease_seconds=settings.lease_seconds),
             key_reload_interval=0,
         )
         self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}

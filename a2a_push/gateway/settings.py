@@ -53,7 +53,11 @@ class GatewaySettings(_Model):
     allow_webhook_hosts: tuple[str, ...] = ()
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     key_reload_interval: float = Field(default=10.0, gt=0)
-    lease_seconds: float = Field(default=120.0, gt=0)
+    lease_seconds: float = Field(
+        default=120.0, gt=0, description="how long a replica's claim lasts if it dies"
+    )
+    request_timeout: float = Field(default=15.0, gt=0, description="per webhook request")
+    quick_attempts: int = Field(default=3, ge=1, description="in-process tries before rescheduling")
 
     @property
     def base_url(self) -> str:

@@ -1,0 +1,315 @@
+"""Gateway replicas on one PostgreSQL database, as separate processes: a shared backlog
+drained with no duplicate sends and per-task order kept; a replica killed with SIGKILL;
+a PostgreSQL restart mid-load; a key rotation picked up by both replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+
+from a2a_push.gateway.client import GatewayClient
+from a2a_push.protocol.types import TaskState
+from a2a_push.testing import SinkResponse, WebhookSink
+
+from .conftest import postgres_schema, require_postgres
+from .gateway_support import AGENT_KEY, free_port, status
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@dataclass
+class Replica:
+    url: str
+    proc: asyncio.subprocess.Process
+    log: list[str] = field(default_factory=list)
+
+
+class Cluster(list[Replica]):
+    def __init__(self, start: Callable[[], Awaitable[Replica]]) -> None:
+        super().__init__()
+        self._start = start
+
+    async def add(self) -> Replica:
+        replica = await self._start()
+        self.append(replica)
+        return replica
+
+
+async def _create_schema(dsn: str, schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def cluster(**env: str) -> AsyncIterator[tuple[str, Cluster]]:
+    dsn = require_postgres()
+    schema = postgres_schema()  # dropped after the test by conftest
+    await _create_schema(dsn, schema)
+    database = f"{dsn}?search_path={schema}"
+    environ = {
+        **os.environ,
+        "A2A_GATEWAY_LEASE_SECONDS": "5",
+        "A2A_GATEWAY_REQUEST_TIMEOUT": "1",
+        "A2A_GATEWAY_QUICK_ATTEMPTS": "1",
+        "A2A_GATEWAY_KEY_RELOAD_INTERVAL": "0.3",
+        **env,
+    }
+
+    async def start() -> Replica:
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "a2a_push",
+            "gateway",
+            "--port",
+            str(port),
+            "--database",
+            database,
+            "--agent-key",
+            f"agent-a:{AGENT_KEY}",
+            "--allow-webhook-host",
+            "127.0.0.1",
+            "--log-level",
+            "WARNING",
+            env=environ,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        replica = Replica(f"http://127.0.0.1:{port}", proc)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                if proc.returncode is not None:
+                    err = await proc.stderr.read() if proc.stderr else b""
+                    raise AssertionError(f"gateway exited: {err.decode()[-2000:]}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(replica.url + "/healthz") as resp:
+                        if resp.status == 200:
+                            return replica
+                await asyncio.sleep(0.05)
+        raise AssertionError("gateway did not start")
+
+    group = Cluster(start)
+    try:
+        yield database, group
+    finally:
+        for r in group:
+            if r.proc.returncode is None:
+                r.proc.terminate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(r.proc.wait(), 15)
+            if r.proc.returncode is None:
+                r.proc.kill()
+                await r.proc.wait()
+
+
+async def _create_configs(url: str, sink: WebhookSink, tasks: list[str]) -> None:
+    async with aiohttp.ClientSession() as session:
+        for task in tasks:
+            async with session.post(
+                url + "/v1/rpc",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "CreateTaskPushNotificationConfig",
+                    "params": {"taskId": task, "id": "cfg", "url": sink.url(f"/{task}")},
+                },
+                headers={"Authorization": f"Bearer {AGENT_KEY}"},
+            ) as resp:
+                body = await resp.json()
+                assert "result" in body, body
+
+
+async def _publish(urls: list[str], tasks: list[str], events: int) -> None:
+    clients = [GatewayClient(u, AGENT_KEY, deadline=90, attempts=100) for u in urls]
+    try:
+
+        async def one_task(i: int, task: str) -> None:
+            for n in range(events):
+                client = clients[(i + n) % len(clients)]
+                state = TaskState.WORKING if n < events - 1 else TaskState.COMPLETED
+                await client.publish(task, status(task, state))
+
+        await asyncio.gather(*(one_task(i, t) for i, t in enumerate(tasks)))
+    finally:
+        for c in clients:
+            await c.close()
+
+
+def _check_order(sink: WebhookSink, tasks: list[str], per_task: int) -> tuple[int, int]:
+    """Per task: every seq arrived, first arrivals in order; (total received, duplicates)."""
+    total = dups = 0
+    for task in tasks:
+        seen: list[int] = []
+        ids: set[str] = set()
+        for hook in sink.on(f"/{task}"):
+            total += 1
+            webhook_id = hook.header("webhook-id") or ""
+            if webhook_id in ids:
+                dups += 1
+                continue
+            ids.add(webhook_id)
+            claims = json.loads(_b64(hook.header("X-A2A-Signature") or ""))
+            seen.append(claims["seq"])
+        assert seen == sorted(seen), f"{task}: out of order {seen}"
+        assert len(seen) == per_task, f"{task}: {len(seen)} of {per_task}"
+    return total, dups
+
+
+def _b64(jwt: str) -> bytes:
+    import base64
+
+    payload = jwt.split(".")[1]
+    return base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+
+
+async def _wait(sink: WebhookSink, tasks: list[str], per_task: int, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if all(len({h.header("webhook-id") for h in sink.on(f"/{t}")}) >= per_task for t in tasks):
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _delivered_by(url: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    found = re.findall(r'^a2a_push_deliveries_total\{outcome="delivered"\} (\S+)$', text, re.M)
+    return float(found[0]) if found else 0.0
+
+
+async def test_two_replicas_drain_a_shared_backlog_without_duplicates_in_order() -> None:
+    tasks = [f"task-{uuid.uuid4().hex[:8]}" for _ in range(12)]
+    events = 8
+    async with WebhookSink() as sink, cluster() as (_db, replicas):
+        a = await replicas.add()
+        b = await replicas.add()
+        await _create_configs(a.url, sink, tasks)
+        await _publish([a.url, b.url], tasks, events)
+        await _wait(sink, tasks, events + 1, 60)
+        total, dups = _check_order(sink, tasks, events + 1)  # + the first task snapshot
+        assert dups == 0 and total == len(tasks) * (events + 1)
+        assert await _delivered_by(a.url) > 0 and await _delivered_by(b.url) > 0
+
+
+async def test_a_killed_replicas_leased_work_is_finished_by_the_other() -> None:
+    tasks = [f"task-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+    events = 6
+    async with WebhookSink() as sink, cluster() as (_db, replicas):
+        for t in tasks:
+            sink.set_default(f"/{t}", SinkResponse(status=200, delay=0.3))
+        a = await replicas.add()
+        await _create_configs(a.url, sink, tasks)
+        await _publish([a.url], tasks, events)
+        await sink.wait_for(6, timeout=20)
+        a.proc.send_signal(signal.SIGKILL)  # mid-load: claims and requests in flight
+        await a.proc.wait()
+        for t in tasks:
+            sink.set_default(f"/{t}", 200)
+        await replicas.add()
+        await _wait(sink, tasks, events + 1, 60)
+        _total, dups = _check_order(sink, tasks, events + 1)
+        assert dups <= len(tasks)  # at most what was in flight (one per lane) comes twice
+
+
+def _restart_postgres() -> None:
+    """Restart the server when this machine lets us; otherwise cut every connection of
+    the gateways (what they see of a restart)."""
+    if shutil.which("pg_ctlcluster") and os.geteuid() == 0:
+        listed = subprocess.run(
+            ["pg_lsclusters", "-h"], capture_output=True, text=True, check=False
+        )
+        fields = listed.stdout.split()
+        if len(fields) >= 2:
+            subprocess.run(
+                ["pg_ctlcluster", fields[0], fields[1], "restart"], check=True, timeout=60
+            )
+            return
+    import asyncpg
+
+    async def cut() -> None:
+        conn = await asyncpg.connect(require_postgres())
+        try:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'a2a-push%' AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(cut())
+
+
+async def test_a_postgresql_restart_mid_load_loses_nothing() -> None:
+    tasks = [f"task-{uuid.uuid4().hex[:8]}" for _ in range(8)]
+    events = 10
+    async with WebhookSink() as sink, cluster() as (_db, replicas):
+        a = await replicas.add()
+        b = await replicas.add()
+        await _create_configs(a.url, sink, tasks)
+        publishing = asyncio.create_task(_publish([a.url, b.url], tasks, events))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(_restart_postgres)
+        await publishing  # the client retried through the outage (503 + Retry-After)
+        await _wait(sink, tasks, events + 1, 90)
+        _check_order(sink, tasks, events + 1)
+        async with aiohttp.ClientSession() as session:
+            for r in (a, b):
+                async with session.get(r.url + "/healthz") as resp:
+                    assert resp.status == 200
+
+
+async def test_a_rotated_key_is_used_by_both_replicas() -> None:
+    async with cluster() as (database, replicas):
+        a = await replicas.add()
+        b = await replicas.add()
+
+        async def active(url: str) -> str:
+            async with aiohttp.ClientSession() as s, s.get(url + "/.well-known/jwks.json") as r:
+                return str((await r.json())["keys"][0]["kid"])
+
+        before = await active(a.url)
+        assert await active(b.url) == before  # one key set for every replica
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "a2a_push",
+            "keys",
+            "rotate",
+            "--database",
+            database,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        new = re.search(r"new active kid: (\S+)", out.decode())
+        assert new is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        kids: dict[str, Any] = {}
+        while loop.time() < deadline:
+            kids = {r.url: await active(r.url) for r in (a, b)}
+            if set(kids.values()) == {new.group(1)}:
+                break
+            await asyncio.sleep(0.1)
+        assert set(kids.values()) == {new.group(1)}, kids
