@@ -46,6 +46,7 @@ from .store import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    MemoryStore,
     SecretBox,
     SQLiteStore,
     Store,
@@ -303,6 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--grace-period", type=_non_negative_seconds, default=None, help=grace_help)
     prune.set_defaults(handler=_cmd_keys_prune)
 
+    # configs ---------------------------------------------------------------------------
+    configs = command(
+        commands,
+        "configs",
+        "disable or enable a push config (its deliveries stop or resume)",
+        description="Disable or enable a push config in a notifier or gateway database, by "
+        "its key (the configKey that `deliveries list --json` shows).",
+    )
+    configs_commands = configs.add_subparsers(title="commands", metavar="COMMAND")
+    for action in ("disable", "enable"):
+        sub = command(configs_commands, action, f"{action} a config's deliveries")
+        sub.add_argument("key", metavar="KEY", help="the config's key")
+        sub.add_argument(
+            "--database",
+            default=env.get(ENV_DATABASE),
+            help=f"the notifier or gateway database (default: ${ENV_DATABASE})",
+        )
+        sub.set_defaults(handler=_cmd_configs_toggle, enable=action == "enable")
+
     # deliveries ------------------------------------------------------------------------
     deliveries = command(
         commands,
@@ -339,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     database_options(listing)
     listing.add_argument("--state", choices=STATES, help="only deliveries in this state")
     listing.add_argument("--task", metavar="ID", help="only deliveries of this task")
+    listing.add_argument("--config", metavar="KEY", help="only deliveries to this config")
     listing.add_argument(
         "--since", type=_iso_time, metavar="ISO", help="only deliveries created at or after"
     )
@@ -699,7 +720,7 @@ def _cmd_keys_prune(args: argparse.Namespace) -> int:
 
 
 def _encryption_keys(args: argparse.Namespace) -> list[str]:
-    given: list[str] | None = args.encryption_keys
+    given: list[str] | None = getattr(args, "encryption_keys", None)
     if given is None:
         given = os.environ.get(ENV_ENCRYPTION_KEYS, "").split(",")
     keys = [k.strip() for k in given if k.strip()]
@@ -728,13 +749,13 @@ def _open_store(args: argparse.Namespace) -> Store:
         store = open_store(database, StoreOptions(encryption_keys=keys or None))
     except ValueError as exc:
         raise CLIError(f"--{exc}", 2) from None
-    if not isinstance(store, SQLiteStore):
+    if isinstance(store, MemoryStore):
         raise CLIError(
             f"--database {database}: an in-memory store holds nothing between runs; "
-            "point it at the notifier's SQLite file",
+            "point it at the notifier's SQLite file or the gateway's PostgreSQL database",
             2,
         )
-    if not store.path.is_file():
+    if isinstance(store, SQLiteStore) and not store.path.is_file():
         # Opening would create an empty database and show nothing, hiding the typo.
         raise CLIError(
             f"database {store.path} does not exist; pass the file your notifier or "
@@ -754,10 +775,22 @@ def _run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> i
     return asyncio.run(run())
 
 
+def _cmd_configs_toggle(args: argparse.Namespace) -> int:
+    async def work(store: Store) -> int:
+        reason = None if args.enable else "disabled by an operator (a2a-push configs disable)"
+        if not await store.set_config_enabled(args.key, args.enable, reason):
+            raise CLIError(f"no config with key {args.key!r}; see `deliveries list --json`", 1)
+        print(f"config {args.key} {'enabled' if args.enable else 'disabled'}")
+        return 0
+
+    return _run_with_store(args, work)
+
+
 def _cmd_deliveries_list(args: argparse.Namespace) -> int:
     flt = DeliveryFilter(
         state=DeliveryState(args.state) if args.state else None,
         task_id=args.task,
+        config_key=args.config,
         created_after=args.since,
         created_before=args.until,
         limit=args.limit,

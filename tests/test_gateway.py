@@ -199,3 +199,40 @@ async def test_client_gives_up_on_refusals_and_retries_unavailability(tmp_path: 
         with pytest.raises(GatewayError) as err:
             await client.publish("t", status("t", TaskState.WORKING))
         assert err.value.retryable
+
+
+async def test_cli_lists_by_config_and_disables_configs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = str(tmp_path / "outbox.db")
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(database)) as (
+            url,
+            gw,
+        ),
+        aiohttp.ClientSession() as session,
+    ):
+        for task in ("t-a", "t-b"):
+            created = await rpc(
+                session,
+                url,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": task, "id": "c", "url": sink.url(f"/{task}")},
+            )
+            assert "result" in created
+        await sink.wait_for(2)
+        config = (await gw.notifier.store.configs_for_task("t-a"))[0]
+        argv = ["deliveries", "list", "--database", database, "--config", config.key, "--json"]
+        assert await asyncio.to_thread(cli_main, argv) == 0
+        listed = json.loads(capsys.readouterr().out)
+        assert {d["task_id"] for d in listed} == {"t-a"}
+        argv = ["configs", "disable", config.key, "--database", database]
+        assert await asyncio.to_thread(cli_main, argv) == 0
+        assert "disabled" in capsys.readouterr().out
+        stored = await gw.notifier.store.get_config_by_key(config.key)
+        assert stored is not None and not stored.enabled
+        assert (
+            await asyncio.to_thread(cli_main, ["configs", "enable", "nope", "--database", database])
+            == 1
+        )
