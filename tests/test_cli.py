@@ -484,10 +484,16 @@ def test_deliveries_missing_database_file_fails_without_creating_it(
 
 @pytest.mark.parametrize(
     ("database", "expected"),
-    [("memory://", "in-memory"), ("postgresql://db/x", "PostgreSQL"), ("ftp://x", "scheme")],
+    [("memory://", "in-memory"), ("ftp://x", "scheme")],
 )
 def test_deliveries_unusable_database_urls(cli: CLI, database: str, expected: str) -> None:
     assert expected in one_line_error(cli("deliveries", "list", "--database", database), 2)
+
+
+def test_deliveries_on_an_unreachable_postgresql_says_so(cli: CLI) -> None:
+    database = "postgresql://postgres:s3cret@127.0.0.1:1/x"
+    line = one_line_error(cli("deliveries", "list", "--database", database), 1)
+    assert "PostgreSQL" in line and "s3cret" not in line
 
 
 def test_deliveries_not_a_database_fails(cli: CLI, tmp_path: Path) -> None:

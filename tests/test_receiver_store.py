@@ -16,12 +16,22 @@ from receiver.store import (
     TaskSnapshot,
 )
 
+from .conftest import postgres_schema, require_postgres
+
 AGENT = "http://agent.test"
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[ReceiverStore]:
-    async with SQLiteReceiverStore(tmp_path / "r.db", synchronous="NORMAL") as s:
+def make_store(kind: str, tmp_path: Path) -> ReceiverStore:
+    if kind == "sqlite":
+        return SQLiteReceiverStore(tmp_path / "r.db", synchronous="NORMAL")
+    from receiver.postgres_store import PostgresReceiverStore
+
+    return PostgresReceiverStore(require_postgres(), schema=postgres_schema())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ReceiverStore]:
+    async with make_store(request.param, tmp_path) as s:
         yield s
 
 

@@ -48,16 +48,15 @@ async def test_put_config_with_same_id_replaces_and_keeps_key(store: Store) -> N
     assert len(page) == 1
 
 
-async def test_per_task_cap_is_enforced(tmp_path: Path) -> None:
-    for kind in BACKENDS:
-        s = make_store(kind, tmp_path / kind, StoreOptions(max_configs_per_task=2))
-        async with s:
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_per_task_cap_is_enforced(kind: str, tmp_path: Path) -> None:
+    async with make_store(kind, tmp_path, StoreOptions(max_configs_per_task=2)) as s:
+        await s.put_config(config("t"))
+        await s.put_config(config("t"))
+        with pytest.raises(TooManyConfigsError) as err:
             await s.put_config(config("t"))
-            await s.put_config(config("t"))
-            with pytest.raises(TooManyConfigsError) as err:
-                await s.put_config(config("t"))
-            assert isinstance(err.value, InvalidConfigError)
-            await s.put_config(config("other-task"))  # the cap is per task
+        assert isinstance(err.value, InvalidConfigError)
+        await s.put_config(config("other-task"))  # the cap is per task
 
 
 async def test_list_configs_pages_and_scopes(store: Store) -> None:

@@ -88,6 +88,8 @@ class Dispatcher:
     def start(self) -> None:
         if self._runner is None:
             self._stopping = False
+            # Work published by other processes (a shared database) wakes us too.
+            self.store.set_wakeup(self.wake)
             self._runner = asyncio.create_task(self._run(), name="a2a-push-dispatcher")
 
     async def stop(self) -> None:

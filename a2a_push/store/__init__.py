@@ -1,8 +1,13 @@
-"""Config store and outbox contracts, and their backends (memory, SQLite; PostgreSQL later)."""
+"""Config store and outbox contracts, and their backends (memory, SQLite, PostgreSQL).
+
+``PostgresStore`` is imported on first use, so the package imports without asyncpg
+(the ``postgres`` extra).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .base import (
     ConfigStore,
@@ -21,6 +26,9 @@ from .memory import MemoryStore
 from .secrets import SecretBox, generate_key
 from .sqlite import SQLiteStore
 
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
 __all__ = [
     "ConfigStore",
     "Delivery",
@@ -30,6 +38,7 @@ __all__ = [
     "Outbox",
     "OutboxStats",
     "Outcome",
+    "PostgresStore",
     "Renderer",
     "SQLiteStore",
     "SecretBox",
@@ -41,8 +50,18 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> object:
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def open_store(url: str | Path, options: StoreOptions | None = None) -> Store:
-    """A store for ``url``: ``memory://``, ``sqlite:///path/to/file.db`` or a plain file path.
+    """A store for ``url``: ``memory://``, ``sqlite:///path/to/file.db``, a plain file path,
+    or ``postgresql://user@host:port/database`` (``postgres://`` too; needs the
+    ``postgres`` extra).
 
     The store still needs ``await store.open()`` (or ``async with``).
     """
@@ -59,13 +78,19 @@ def open_store(url: str | Path, options: StoreOptions | None = None) -> Store:
             )
         return SQLiteStore(path, options)
     if text.startswith(("postgres://", "postgresql://")):
-        raise ValueError(
-            "database: the PostgreSQL backend is not available in this version; "
-            "use a SQLite file path"
-        )
+        try:
+            from .postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise ValueError(
+                "database: the PostgreSQL backend needs asyncpg, which the 'postgres' "
+                "extra installs: pip install 'a2a-push[postgres]'"
+            ) from exc
+        return PostgresStore(text, options)
     if "://" in text:
         raise ValueError(
             f"database: unsupported URL scheme in {text.split('://')[0]!r}; "
-            "use memory://, sqlite:///path or a file path"
+            "use memory://, sqlite:///path, postgresql://host/database or a file path"
         )
     return SQLiteStore(text, options)

@@ -257,6 +257,17 @@ class Store(ConfigStore, Outbox, abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
+    def set_wakeup(self, callback: Callable[[], None] | None) -> None:
+        """Have the store call ``callback`` when work may have become due because of
+        another process (a publish, replay or release made elsewhere), so an idle
+        dispatcher need not wait for its next poll; None unregisters.
+
+        Called on the event loop, possibly more often than needed: it must be cheap and
+        idempotent (setting an event). Backends with nothing to signal across processes
+        ignore it (this default); their dispatcher polls.
+        """
+        return None
+
     async def __aenter__(self) -> Store:
         await self.open()
         return self

@@ -1,0 +1,247 @@
+-- Named queries of the PostgreSQL backend ($n parameters, asyncpg).
+
+-- ---- migrations ---------------------------------------------------------------------
+
+-- name: lock_migrations
+-- A session lock, so two processes starting at once migrate one after the other.
+SELECT pg_advisory_lock($1::integer, hashtext($2));
+
+-- name: unlock_migrations
+SELECT pg_advisory_unlock($1::integer, hashtext($2));
+
+-- name: create_migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- name: applied_migrations
+SELECT version FROM schema_migrations ORDER BY version;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version) VALUES ($1);
+
+-- ---- locks --------------------------------------------------------------------------
+
+-- name: lock_tasks
+-- Serialises the transactions that read and rewrite a task's configs, lanes and
+-- sequence number, across processes. Taken in hash order so two transactions locking
+-- several tasks cannot deadlock (volatile output expressions run after the sort).
+SELECT pg_advisory_xact_lock($1::integer, h)
+FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest($2::text[]) AS t) AS locks
+ORDER BY h;
+
+-- name: try_lock_task
+SELECT pg_try_advisory_xact_lock($1::integer, hashtext($2));
+
+-- name: notify
+SELECT pg_notify($1, $2);
+
+-- name: ping
+SELECT 1;
+
+-- ---- configs ------------------------------------------------------------------------
+
+-- name: insert_config
+INSERT INTO configs (key, id, task_id, owner, tenant, url, endpoint, auth_scheme, secrets,
+                     protocol_version, enabled, disabled_reason, failing_since, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14);
+
+-- name: replace_config
+UPDATE configs SET tenant = $2, url = $3, endpoint = $4, auth_scheme = $5, secrets = $6,
+       protocol_version = $7, enabled = $8, disabled_reason = $9, failing_since = NULL
+WHERE key = $1;
+
+-- name: set_lanes_endpoint
+UPDATE lanes SET endpoint = $1 WHERE config_key = $2;
+
+-- name: find_config_key
+SELECT key, created_at FROM configs WHERE task_id = $1 AND owner = $2 AND id = $3;
+
+-- name: count_task_configs
+SELECT count(*) FROM configs WHERE task_id = $1;
+
+-- name: config_task
+SELECT task_id FROM configs WHERE key = $1;
+
+-- name: config_by_ids
+SELECT * FROM configs WHERE task_id = $1 AND owner = $2 AND id = $3;
+
+-- name: config_by_key
+SELECT * FROM configs WHERE key = $1;
+
+-- name: configs_page
+SELECT * FROM configs WHERE task_id = $1 AND owner = $2 AND id > $3 ORDER BY id LIMIT $4;
+
+-- name: enqueue_targets
+SELECT key, protocol_version, endpoint FROM configs WHERE task_id = $1 AND enabled;
+
+-- name: enabled_task_configs
+SELECT * FROM configs WHERE task_id = $1 AND enabled;
+
+-- name: delete_config
+DELETE FROM configs WHERE key = $1;
+
+-- name: set_config_enabled
+UPDATE configs SET enabled = $1, disabled_reason = $2 WHERE key = $3;
+
+-- name: set_config_failing_since
+UPDATE configs SET failing_since = $1 WHERE key = $2 AND failing_since IS NULL;
+
+-- name: clear_config_failing
+UPDATE configs SET failing_since = NULL WHERE key = $1 AND failing_since IS NOT NULL;
+
+-- name: all_config_secrets
+SELECT key, secrets FROM configs WHERE secrets IS NOT NULL FOR UPDATE;
+
+-- name: set_config_secrets
+UPDATE configs SET secrets = $1 WHERE key = $2;
+
+-- name: dead_letter_config_deliveries
+UPDATE deliveries SET state = 'dead', last_error = $1, updated_at = $2
+WHERE config_key = $3 AND state = 'pending';
+
+-- name: delete_config_lanes
+DELETE FROM lanes WHERE config_key = $1;
+
+-- ---- outbox -------------------------------------------------------------------------
+
+-- name: next_task_seq
+INSERT INTO task_seq AS s (task_id, seq) VALUES ($1, 1)
+ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1
+RETURNING seq;
+
+-- name: insert_delivery
+INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
+                        next_attempt_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7);
+
+-- name: open_lane
+INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (config_key, task_id) DO NOTHING;
+
+-- name: claim_lanes
+-- $1 now, $2 excluded endpoints, $3 lanes per endpoint, $4 limit.
+-- Earliest due first, at most $3 lanes per endpoint, none for the excluded (saturated
+-- or broken) endpoints. Lanes another worker is claiming right now are skipped, not
+-- waited for; a lane another worker has just leased fails the re-check of due_at on
+-- its new row version, so no lane is ever leased twice.
+WITH due AS (
+    SELECT config_key, task_id, due_at,
+           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
+    FROM lanes
+    WHERE due_at <= $1 AND endpoint <> ALL ($2::text[])
+)
+SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
+       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+FROM due
+JOIN lanes l ON l.config_key = due.config_key AND l.task_id = due.task_id
+JOIN deliveries d ON d.id = l.head_id
+LEFT JOIN configs c ON c.key = l.config_key
+WHERE due.nth <= $3 AND l.due_at <= $1
+ORDER BY due.due_at
+LIMIT $4
+FOR UPDATE OF l SKIP LOCKED;
+
+-- name: lease_lanes
+-- $1 lease expiry, $2 worker, $3 and $4 the lanes' config keys and task ids.
+UPDATE lanes SET due_at = $1, lease_owner = $2
+FROM unnest($3::text[], $4::text[]) AS k (config_key, task_id)
+WHERE lanes.config_key = k.config_key AND lanes.task_id = k.task_id;
+
+-- name: delivery_with_config
+SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
+WHERE d.id = $1;
+
+-- name: lease_lane_head
+UPDATE lanes SET head_id = $1, due_at = $2, lease_owner = $3
+WHERE config_key = $4 AND task_id = $5;
+
+-- name: finish_delivery
+UPDATE deliveries SET state = $1, attempts = $2, last_status = $3, last_error = $4,
+       updated_at = $5
+WHERE id = $6 AND state = 'pending';
+
+-- name: retry_delivery
+UPDATE deliveries SET attempts = $1, rounds = rounds + 1, last_status = $2, last_error = $3,
+       next_attempt_at = $4, updated_at = $5
+WHERE id = $6 AND state = 'pending';
+
+-- name: defer_delivery
+UPDATE deliveries SET next_attempt_at = $1, updated_at = $2 WHERE id = $3 AND state = 'pending';
+
+-- name: lane_head
+SELECT id, next_attempt_at FROM deliveries
+WHERE config_key = $1 AND task_id = $2 AND state = 'pending'
+ORDER BY seq LIMIT 1;
+
+-- name: set_lane_head
+INSERT INTO lanes (config_key, task_id, head_id, due_at, lease_owner, endpoint)
+VALUES ($1, $2, $3, $4, NULL, coalesce((SELECT endpoint FROM configs WHERE key = $1), ''))
+ON CONFLICT (config_key, task_id)
+DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner = NULL;
+
+-- name: lane_lease_owner
+SELECT lease_owner FROM lanes WHERE config_key = $1 AND task_id = $2;
+
+-- name: set_lane_head_only
+UPDATE lanes SET head_id = $1 WHERE config_key = $2 AND task_id = $3;
+
+-- name: delete_lane
+DELETE FROM lanes WHERE config_key = $1 AND task_id = $2;
+
+-- name: release_lanes
+-- Only the worker's own leases: a lane whose lease expired and went to another worker
+-- stays with that worker.
+UPDATE lanes SET due_at = d.next_attempt_at, lease_owner = NULL
+FROM deliveries d
+WHERE lanes.head_id = ANY ($1::text[]) AND lanes.lease_owner = $2 AND d.id = lanes.head_id;
+
+-- name: delivery_by_id
+SELECT * FROM deliveries WHERE id = $1;
+
+-- name: dead_delivery_tasks
+SELECT DISTINCT task_id FROM deliveries WHERE id = ANY ($1::text[]) AND state = 'dead';
+
+-- name: replay_deliveries
+UPDATE deliveries SET state = 'pending', attempts = 0, rounds = 0, next_attempt_at = $1,
+       updated_at = $1, last_error = NULL, last_status = NULL
+WHERE id = ANY ($2::text[]) AND state = 'dead' AND task_id = ANY ($3::text[])
+  AND EXISTS (SELECT 1 FROM configs c WHERE c.key = deliveries.config_key AND c.enabled)
+RETURNING config_key, task_id;
+
+-- name: purge_deliveries
+-- Rows another transaction holds (a concurrent purge elsewhere) are skipped, not waited for.
+WITH doomed AS (
+    SELECT id FROM deliveries WHERE state = $1 AND updated_at < $2
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM deliveries WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: next_due_at
+SELECT min(due_at) FROM lanes;
+
+-- name: stats
+SELECT
+    (SELECT count(*) FROM deliveries WHERE state = 'pending') AS pending,
+    (SELECT count(*) FROM lanes WHERE due_at <= $1) AS due,
+    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > $1) AS leased,
+    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
+    (SELECT count(*) FROM deliveries WHERE state = 'delivered') AS delivered,
+    (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;

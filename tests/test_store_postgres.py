@@ -1,0 +1,494 @@
+"""What only the PostgreSQL backend must show: several processes on one database.
+
+Two ``PostgresStore`` instances (two pools) stand for two processes. Each test works in
+a fresh schema of its own (``postgres_schema``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, TooManyConfigsError
+from a2a_push.store import (
+    Delivery,
+    DeliveryFilter,
+    DeliveryState,
+    Outcome,
+    Store,
+    StoreOptions,
+    generate_key,
+    open_store,
+)
+from a2a_push.store.postgres import (
+    LISTENER_APPLICATION_NAME,
+    PostgresPoolOptions,
+    PostgresStore,
+)
+
+from .conftest import config, ids, postgres_schema, require_postgres
+
+NOW = 1_700_000_000.0
+FAST_POOL = PostgresPoolOptions(connect_timeout=2.0, command_timeout=5.0, close_timeout=2.0)
+
+OpenStores = Callable[..., Awaitable[list[PostgresStore]]]
+
+
+@pytest.fixture
+async def open_stores() -> AsyncIterator[OpenStores]:
+    """``await open_stores(n, ...)``: n stores ("processes") sharing one fresh schema."""
+    dsn = require_postgres()
+    made: list[PostgresStore] = []
+
+    async def make(
+        n: int = 2,
+        options: StoreOptions | None = None,
+        *,
+        schema: str | None = None,
+        dsn: str = dsn,
+    ) -> list[PostgresStore]:
+        schema = schema or postgres_schema()
+        stores = [PostgresStore(dsn, options, schema=schema, pool=FAST_POOL) for _ in range(n)]
+        made.extend(stores)
+        for s in stores:
+            await s.open()
+        return stores
+
+    yield make
+    for s in made:
+        await s.close()
+
+
+async def enqueue(store: Store, task_id: str = "task-1", now: float | None = NOW) -> int:
+    seq, _ = await store.enqueue(task_id, "statusUpdate", lambda v: b"{}", new_id=ids(), now=now)
+    return seq
+
+
+def delivered(d: Delivery) -> Outcome:
+    return Outcome(d.id, d.config_key, d.task_id, "delivered", attempts=d.attempts + 1)
+
+
+async def raw(sql: str, *args: object) -> list[dict[str, object]]:
+    import asyncpg
+
+    conn = await asyncpg.connect(require_postgres())
+    try:
+        return [dict(r) for r in await conn.fetch(sql, *args)]
+    finally:
+        await conn.close()
+
+
+async def wait_set(event: asyncio.Event, timeout: float) -> float:
+    """Seconds until the event is set (fails the test after ``timeout``)."""
+    started = time.monotonic()
+    await asyncio.wait_for(event.wait(), timeout)
+    return time.monotonic() - started
+
+
+# ---- many processes, one queue ----------------------------------------------------------
+
+
+async def test_two_processes_never_lease_one_lane_at_once_and_keep_per_task_order(
+    open_stores: OpenStores,
+) -> None:
+    a, b = await open_stores(2)
+    tasks, events = 12, 8
+    for t in range(tasks):
+        await a.put_config(config(f"t{t}", id="x", url="http://127.0.0.1:1001/h"))
+        await a.put_config(config(f"t{t}", id="y", url="http://127.0.0.1:1002/h"))
+    for _ in range(events):
+        await asyncio.gather(*(enqueue(a if t % 2 else b, f"t{t}") for t in range(tasks)))
+    total = tasks * 2 * events
+
+    held: dict[tuple[str, str], str] = {}  # lane -> worker holding its lease right now
+    sent_seqs: dict[tuple[str, str], list[int]] = defaultdict(list)
+    claimed_ids: list[str] = []
+    problems: list[str] = []
+
+    def take(d: Delivery, worker: str) -> None:
+        lane = (d.config_key, d.task_id)
+        if lane in held:
+            problems.append(f"{worker} leased {lane} while {held[lane]} held it")
+        held[lane] = worker
+        claimed_ids.append(d.id)
+        sent_seqs[lane].append(d.seq)
+
+    async def worker(store: PostgresStore, name: str, stream: bool) -> None:
+        deadline = time.monotonic() + 20
+        while len(claimed_ids) < total and time.monotonic() < deadline:
+            batch = await store.claim_due(3, lease_seconds=60, worker_id=name, now=NOW)
+            if not batch:
+                await asyncio.sleep(0.005)
+                continue
+            for d in batch:
+                take(d, name)
+            for d in batch:
+                current: Delivery | None = d
+                while current is not None:
+                    await asyncio.sleep(0)  # let the other "process" run meanwhile
+                    del held[(current.config_key, current.task_id)]
+                    if not stream:
+                        await store.complete([delivered(current)], now=NOW)
+                        break
+                    current = await store.complete_and_claim_next(
+                        delivered(current), lease_seconds=60, worker_id=name, now=NOW
+                    )
+                    if current is not None:
+                        take(current, name)
+
+    await asyncio.gather(
+        *(
+            worker(store, f"{label}{i}", stream=i % 2 == 0)
+            for label, store in (("a", a), ("b", b))
+            for i in range(3)
+        )
+    )
+    assert problems == []
+    assert len(claimed_ids) == total
+    assert len(set(claimed_ids)) == total  # nothing was handed out twice
+    assert all(seqs == list(range(1, events + 1)) for seqs in sent_seqs.values())
+    assert len(sent_seqs) == tasks * 2
+    stats = await b.stats(now=NOW)
+    assert stats.pending == 0 and stats.delivered == total
+
+
+async def test_an_expired_lease_returns_work_to_another_process(
+    open_stores: OpenStores,
+) -> None:
+    crashed, survivor = await open_stores(2)
+    await crashed.put_config(config(id="a"))
+    await enqueue(crashed)
+    (d,) = await crashed.claim_due(10, lease_seconds=30, worker_id="crashed", now=NOW)
+    assert (await survivor.stats(now=NOW)).leased == 1
+    assert await survivor.claim_due(10, lease_seconds=30, worker_id="s", now=NOW + 29) == []
+    (again,) = await survivor.claim_due(10, lease_seconds=30, worker_id="s", now=NOW + 31)
+    assert again.id == d.id
+    # The late worker cannot give back what is no longer its lease.
+    await crashed.release([d.id], worker_id="crashed")
+    assert await crashed.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 32) == []
+
+
+async def test_sequence_numbers_increase_across_processes(open_stores: OpenStores) -> None:
+    a, b = await open_stores(2)
+    await a.put_config(config(id="a"))
+    seqs = await asyncio.gather(*(enqueue(a if i % 2 else b) for i in range(40)))
+    assert sorted(seqs) == list(range(1, 41))
+    # ...and the lane hands them out in that order.
+    (d,) = await a.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    order = [d.seq]
+    current: Delivery | None = d
+    while current is not None:
+        current = await b.complete_and_claim_next(
+            delivered(current), lease_seconds=30, worker_id="w", now=NOW
+        )
+        if current is not None:
+            order.append(current.seq)
+    assert order == list(range(1, 41))
+
+
+async def test_config_cap_holds_across_processes(open_stores: OpenStores) -> None:
+    a, b = await open_stores(2, StoreOptions(max_configs_per_task=3))
+    results = await asyncio.gather(
+        *((a if i % 2 else b).put_config(config("t", id=f"c{i}")) for i in range(10)),
+        return_exceptions=True,
+    )
+    assert sum(not isinstance(r, BaseException) for r in results) == 3
+    assert all(isinstance(r, TooManyConfigsError) for r in results if isinstance(r, Exception))
+    page, _ = await a.list_configs("t", "alice")
+    assert len(page) == 3
+
+
+# ---- wake-ups ---------------------------------------------------------------------------
+
+
+async def listening(store: PostgresStore) -> asyncio.Event:
+    """Register a wake-up callback; returns its event once the listener is connected."""
+    woken = asyncio.Event()
+    store.set_wakeup(woken.set)
+    await wait_set(woken, 5)  # the listener wakes once when it (re)connects
+    woken.clear()
+    return woken
+
+
+async def test_a_publish_wakes_another_process_within_a_second(
+    open_stores: OpenStores,
+) -> None:
+    idle, publisher = await open_stores(2)
+    await publisher.put_config(config(id="a"))
+    woken = await listening(idle)
+    await enqueue(publisher)
+    assert await wait_set(woken, 1.0) < 1.0
+
+
+async def test_release_and_replay_wake_other_processes(open_stores: OpenStores) -> None:
+    idle, other = await open_stores(2)
+    await other.put_config(config(id="a"))
+    await enqueue(other)
+    (d,) = await other.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    woken = await listening(idle)
+    await other.release([d.id], worker_id="w")
+    await wait_set(woken, 1.0)
+    woken.clear()
+    (d,) = await other.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await other.complete([Outcome(d.id, d.config_key, d.task_id, "dead", attempts=1)], now=NOW)
+    await other.replay([d.id], now=NOW)
+    await wait_set(woken, 1.0)
+
+
+async def test_other_schemas_do_not_wake_each_other(open_stores: OpenStores) -> None:
+    (mine,) = await open_stores(1)
+    (theirs,) = await open_stores(1)
+    await theirs.put_config(config(id="a"))
+    woken = await listening(mine)
+    await enqueue(theirs)
+    with pytest.raises(TimeoutError):
+        await wait_set(woken, 0.3)
+
+
+async def test_listener_reconnects_after_its_connection_is_killed(
+    open_stores: OpenStores,
+) -> None:
+    idle, publisher = await open_stores(2)
+    await publisher.put_config(config(id="a"))
+    woken = await listening(idle)
+    killed = await raw(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = $1",
+        f"{LISTENER_APPLICATION_NAME}:{idle.schema}",
+    )
+    assert [r["ok"] for r in killed] == [True]
+    await wait_set(woken, 5)  # reconnected (and woke, for what it may have missed)
+    woken.clear()
+    await enqueue(publisher)
+    await wait_set(woken, 1.0)
+
+
+async def test_a_dispatcher_in_another_process_is_woken_by_a_publish(
+    open_stores: OpenStores,
+) -> None:
+    from a2a_push.delivery.dispatcher import DispatcherOptions
+    from a2a_push.delivery.ssrf import AddressPolicy
+    from a2a_push.notifier import PushNotifier
+    from a2a_push.protocol.types import TaskPushNotificationConfig, TaskState, TaskStatus
+    from a2a_push.protocol.types import TaskStatusUpdateEvent as Status
+    from a2a_push.testing import WebhookSink
+
+    sender_store, gateway_store = await open_stores(2)
+    # Polls only every 30 s: only the NOTIFY can make it deliver within the test.
+    sender = PushNotifier(
+        sender_store,
+        issuer="http://agent.test",
+        address_policy=AddressPolicy(allow_loopback=True),
+        dispatcher=DispatcherOptions(poll_interval=30.0),
+    )
+    gateway = PushNotifier(
+        gateway_store,
+        issuer="http://agent.test",
+        address_policy=AddressPolicy(allow_loopback=True),
+        run_dispatcher=False,
+    )
+    async with WebhookSink() as sink, sender, gateway:
+        await gateway.register_config(
+            TaskPushNotificationConfig(url=sink.url("/hook")), owner="o", task_id="t1"
+        )
+        await asyncio.sleep(0.5)  # the sender is idle again (after any first snapshot)
+        before = sink.count
+        started = time.monotonic()
+        await gateway.publish(
+            "t1", Status(task_id="t1", context_id="c", status=TaskStatus(state=TaskState.WORKING))
+        )
+        await sink.wait_for(before + 1, timeout=5)
+        assert time.monotonic() - started < 2.0
+
+
+# ---- the database going away and coming back --------------------------------------------
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:<port> to the PostgreSQL server; ``stop()`` is the server going
+    down (every connection cut, nothing listening), ``start()`` it coming back."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        await self._server.wait_closed()
+        self._writers.clear()
+        self._pipes.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self._writers |= {writer, up_writer}
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            pipe = asyncio.create_task(self._pipe(src, dst))
+            self._pipes.add(pipe)
+
+    @staticmethod
+    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        dst.close()
+
+
+def via(dsn: str, port: int) -> str:
+    parts = urlsplit(dsn)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def test_the_store_survives_the_database_going_away_and_coming_back(
+    open_stores: OpenStores,
+) -> None:
+    dsn = require_postgres()
+    upstream = urlsplit(dsn)
+    proxy = TcpProxy(upstream.hostname or "127.0.0.1", upstream.port or 5432)
+    await proxy.start()
+    try:
+        (store,) = await open_stores(1, dsn=via(dsn, proxy.port))
+        await store.put_config(config(id="a"))
+        woken = await listening(store)
+
+        await proxy.stop()
+        with pytest.raises(StoreUnavailableError) as err:
+            await enqueue(store)
+        message = str(err.value)
+        assert f"127.0.0.1:{proxy.port}" in message and "running" in message
+        assert "retry" in message
+
+        await proxy.start()  # same port: the server is back
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                assert await enqueue(store) == 1
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() < deadline, "the pool never reconnected"
+                await asyncio.sleep(0.05)
+        await wait_set(woken, 5)  # the listener is back too
+        (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+        assert d.seq == 1
+        await store.close()  # before the proxy goes: no reconnect attempts in between
+    finally:
+        await proxy.stop()
+
+
+async def test_opening_an_unreachable_database_says_what_to_do() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nothing listens there
+    store = PostgresStore(f"postgresql://postgres:hunter2@127.0.0.1:{port}/test", pool=FAST_POOL)
+    with pytest.raises(StoreUnavailableError) as err:
+        await store.open()
+    message = str(err.value)
+    assert f"127.0.0.1:{port}/test" in message and "running" in message
+    assert "hunter2" not in message
+    await store.close()
+
+
+# ---- schema and secrets -----------------------------------------------------------------
+
+
+async def test_migrations_are_versioned_idempotent_and_safe_to_run_concurrently(
+    open_stores: OpenStores,
+) -> None:
+    schema = postgres_schema()
+    await open_stores(3, schema=schema)  # three processes starting at once
+    (later,) = await open_stores(1, schema=schema)  # and one restarting later
+    await later.put_config(config(id="a"))
+    rows = await raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY version')
+    assert [r["version"] for r in rows] == [1]
+
+
+async def test_secrets_are_encrypted_at_rest(open_stores: OpenStores) -> None:
+    token, credentials = "tok-SECRET-1234567890", "cred-SECRET-abcdefghij"
+    key = generate_key()
+    (store,) = await open_stores(1, StoreOptions(encryption_keys=[key]))
+    c = await store.put_config(
+        config(token=token, auth_scheme="Bearer", auth_credentials=credentials)
+    )
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and got.token == token and got.auth_credentials == credentials
+    (row,) = await raw(f'SELECT * FROM "{store.schema}".configs')
+    assert token not in repr(row) and credentials not in repr(row)
+    assert row["auth_scheme"] == "Bearer"
+    (other_key,) = await open_stores(
+        1, StoreOptions(encryption_keys=[generate_key()]), schema=store.schema
+    )
+    with pytest.raises(SecretDecryptionError):
+        await other_key.get_config_by_key(c.key)
+
+
+async def test_key_rotation_reencrypts_every_secret(open_stores: OpenStores) -> None:
+    (plain,) = await open_stores(1)
+    c = await plain.put_config(config(token="tok-plain"))
+    k1 = generate_key()
+    (encrypting,) = await open_stores(1, StoreOptions(encryption_keys=[k1]), schema=plain.schema)
+    assert await encrypting.reencrypt_secrets(previous_keys=None) == 1
+    got = await encrypting.get_config_by_key(c.key)
+    assert got is not None and got.token == "tok-plain"
+
+
+async def test_bodies_and_times_round_trip_through_postgres_types(open_stores: OpenStores) -> None:
+    (store,) = await open_stores(1)
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([delivered(d)], now=NOW)
+    (got,) = await store.list_deliveries(
+        DeliveryFilter(state=DeliveryState.DELIVERED, created_after=NOW, created_before=NOW + 1)
+    )
+    assert got.id == d.id and got.body == b"{}"
+    assert await store.purge(DeliveryState.DELIVERED, updated_before=NOW + 1) == 1
+
+
+# ---- opening ------------------------------------------------------------------------------
+
+
+def test_open_store_picks_postgres_for_its_urls() -> None:
+    for url in ("postgresql://u@127.0.0.1:5432/db", "postgres://u@127.0.0.1/db"):
+        store = open_store(url)
+        assert isinstance(store, PostgresStore) and store.dsn == url
+    with pytest.raises(ValueError, match="schema"):
+        PostgresStore("postgresql://127.0.0.1/db", schema="Robert'); DROP TABLE x;--")
+
+
+def test_without_asyncpg_the_package_imports_and_the_error_names_the_extra() -> None:
+    script = (
+        "import sys; sys.modules['asyncpg'] = None\n"
+        "import a2a_push, a2a_push.store, a2a_push.notifier\n"
+        "from a2a_push.store import open_store\n"
+        "try:\n"
+        "    open_store('postgresql://127.0.0.1/db')\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert "'postgres' extra" in out and "a2a-push[postgres]" in out
