@@ -13,8 +13,15 @@ process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Ver
 * ``fail``       failed.
 * an echo task   canceled with CancelTask while it is working.
 
-Every check runs on the raw bytes the sink got. The exit code is 0 only if every expected
-webhook arrived, verified, in order (``seq`` strictly increasing per config).
+Every check runs on the raw bytes the sink got.
+
+Part 2 (:mod:`examples.demo_loop`) is the whole loop: a second mock agent, the receiver
+as a separate process (``python -m receiver``), and the demo as an app that subscribes
+through the receiver and prints each task update from its SSE stream, while the receiver
+is stopped and restarted under it.
+
+The exit code is 0 only if every expected webhook arrived, verified, in order (``seq``
+strictly increasing per config), and part 2 lost nothing.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ from a2a_push.signing import (
     standard_webhooks,
     verify_webhook_jwt,
 )
+from examples.demo_loop import run_loop
 from examples.mock_agent import create_app
 
 Out = Callable[[str], object]
@@ -102,7 +110,8 @@ NEXT_STEPS = (
     "Next: README.md — “Embedding the notifier” (publish from your agent),",
     "      “Serving the A2A push-config methods” (what the agent served here),",
     "      “Verifying webhooks” (JWT/JWKS and Standard Webhooks on your receiver) and",
-    "      “Delivery guarantees” (retries, ordering, dead letters).",
+    "      “Delivery guarantees” (retries, ordering, dead letters);",
+    "      `python -m receiver --help` (the receiver of part 2).",
 )
 
 
@@ -505,8 +514,12 @@ def _make_routes() -> list[Route]:
     ]
 
 
-async def run_demo(out: Out = print) -> int:
-    """Run the demo, writing lines to ``out``; return the exit code (0: all verified)."""
+async def run_demo(out: Out = print, *, loop: bool = True) -> int:
+    """Run the demo, writing lines to ``out``; return the exit code (0: all verified).
+
+    Part 1 is the webhooks to a local sink; part 2 (``loop``) the whole loop through the
+    receiver, in its own process (:mod:`examples.demo_loop`).
+    """
     style = _Style(out is print and sys.stdout.isatty())
     started = time.perf_counter()
 
@@ -520,25 +533,50 @@ async def run_demo(out: Out = print) -> int:
     library_log.addHandler(forward)
     tmp = tempfile.mkdtemp(prefix="a2a-push-demo-")
     try:
-        await _run(Path(tmp), routes, out, style, clock, problems)
-    except Exception as exc:  # the demo reports on stdout, with the traceback, and fails
-        out(style.bad(f"✗ the demo crashed: {exc!r}"))
-        out(traceback.format_exc().rstrip())
-        problems.append(f"crashed: {exc!r}")
+        try:
+            await _run(Path(tmp), routes, out, style, clock, problems)
+        except Exception as exc:  # the demo reports on stdout, with the traceback, and fails
+            _crashed(exc, out, style, problems)
+        out("")
+        code = _summarise(routes, problems, out, style)
+        if loop:
+            out("")
+            out("")
+            loop_problems: list[str] = []
+            forward.problems = loop_problems  # library warnings now count against part 2
+            try:
+                loop_code = await run_loop(
+                    Path(tmp),
+                    out=out,
+                    style=style,
+                    clock=clock,
+                    owner_authorization=OWNER_AUTHORIZATION,
+                    problems=loop_problems,
+                )
+            except Exception as exc:
+                _crashed(exc, out, style, loop_problems)
+                out(style.bad("FAILED — part 2 crashed"))
+                loop_code = 1
+            code = code or loop_code
     finally:
         library_log.removeHandler(forward)
         removed = _remove(tmp)
-    if not removed:
-        problems.append(f"the temporary folder {tmp} was not removed")
-
     out("")
-    code = _summarise(routes, problems, out, style)
     if removed:
         out(f"Temporary folder {tmp} removed. Finished in {clock():.1f} s.")
+    else:
+        out(style.bad(f"FAILED — the temporary folder {tmp} was not removed"))
+        code = 1
     if code == 0:
         for line in NEXT_STEPS:
             out(line)
     return code
+
+
+def _crashed(exc: Exception, out: Out, style: _Style, problems: list[str]) -> None:
+    out(style.bad(f"✗ the demo crashed: {exc!r}"))
+    out(traceback.format_exc().rstrip())
+    problems.append(f"crashed: {exc!r}")
 
 
 def _remove(folder: str) -> bool:
@@ -702,7 +740,11 @@ def _artifact_text(task: Mapping[str, Any], name: str) -> str:
 def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -> None:
     default = RetryPolicy()
     kids = ", ".join(str(k.get("kid", "?"))[:12] for k in sink.jwks.get("keys", []))
-    out(style.bold("a2a-push demo — an A2A agent's push notifications, signed, retried, ordered"))
+    out(
+        style.bold(
+            "a2a-push demo, part 1 — an A2A agent's push notifications, signed, retried, ordered"
+        )
+    )
     out("")
     out(f"  agent      examples/mock_agent.py at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
     out(f"             its outbox and keys in {tmp}")

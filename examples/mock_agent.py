@@ -47,6 +47,8 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import ValidationError
 
+from a2a_push.delivery.health import EndpointHealth
+from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
@@ -845,15 +847,26 @@ def create_app(
     allow_webhook_hosts: Sequence[str] = (),
     public_url: str,
     step_delay: float = DEFAULT_STEP_DELAY,
+    retry_schedule: Sequence[float] | None = None,
 ) -> web.Application:
     """The mock agent as an aiohttp application (the notifier starts and stops with it).
 
     ``data_dir`` holds the SQLite outbox and the signing keys (None: a temporary folder,
     removed at shutdown). ``allow_webhook_hosts``: SSRF allowlist entries (hosts, IPs,
     CIDRs) webhooks may go to, e.g. ``127.0.0.1`` for a local receiver. ``public_url``
-    is the agent's base URL: the JWT issuer and the card's URLs.
+    is the agent's base URL: the JWT issuer and the card's URLs. ``retry_schedule``:
+    seconds before each durable webhook retry (default: the notifier's 5 s, 5 m, …); a
+    short one suits demos and tests, and then an unreachable endpoint's breaker also
+    cools down for only its first delay.
     """
     policy = AddressPolicy(list(allow_webhook_hosts))
+    tuning: dict[str, Any] = {}
+    if retry_schedule is not None:
+        schedule = tuple(retry_schedule)
+        if not schedule or min(schedule) <= 0:
+            raise ValueError("retry_schedule: give one or more positive delays in seconds")
+        tuning["retry"] = RetryPolicy(schedule=schedule)
+        tuning["health"] = EndpointHealth(cool_down=schedule[0], max_cool_down=schedule[0])
     scratch: tempfile.TemporaryDirectory[str] | None = None
     if data_dir is None:
         scratch = tempfile.TemporaryDirectory(prefix="a2a-push-mock-agent-")
@@ -866,6 +879,7 @@ def create_app(
         issuer=public_url.rstrip("/"),
         data_dir=directory,
         address_policy=policy,
+        **tuning,
     )
     agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay)
     card = agent_card(public_url)
@@ -925,6 +939,7 @@ def serve(
     allow_webhook_hosts: Sequence[str] = (),
     public_url: str | None = None,
     step_delay: float = DEFAULT_STEP_DELAY,
+    retry_schedule: Sequence[float] | None = None,
 ) -> int:
     """Run the mock agent until interrupted; the exit code."""
     shown_host = f"[{host}]" if ":" in host else host
@@ -934,6 +949,7 @@ def serve(
         allow_webhook_hosts=allow_webhook_hosts,
         public_url=url,
         step_delay=step_delay,
+        retry_schedule=retry_schedule,
     )
     print(f"{AGENT_NAME}: JSON-RPC at {url}/, card at {url}/.well-known/agent-card.json")
     if not allow_webhook_hosts:
@@ -982,6 +998,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"pause between task steps (default: {DEFAULT_STEP_DELAY})",
     )
+    parser.add_argument(
+        "--retry-schedule",
+        type=_delays,
+        metavar="SECONDS,...",
+        help="seconds before each durable webhook retry, e.g. 1,1,2,5 (default: "
+        f"{RetryPolicy().describe()})",
+    )
+
+
+def _delays(text: str) -> tuple[float, ...]:
+    try:
+        delays = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, e.g. 1,1,2,5") from None
+    if min(delays) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: every delay must be positive")
+    return delays
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -995,6 +1028,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             allow_webhook_hosts=args.allow_webhook_hosts,
             public_url=args.public_url,
             step_delay=args.step_delay,
+            retry_schedule=args.retry_schedule,
         )
     except ValueError as exc:  # a bad --allow-webhook-host entry
         print(f"mock-agent: error: {exc}", file=sys.stderr)

@@ -59,6 +59,15 @@ _V03_KINDS: Final = {
     "status-update": "statusUpdate",
     "artifact-update": "artifactUpdate",
 }
+# StreamResponse members by their JSON names, camelCase and ProtoJSON's snake_case.
+_STREAM_KINDS: Final = {
+    "task": "task",
+    "statusUpdate": "statusUpdate",
+    "status_update": "statusUpdate",
+    "artifactUpdate": "artifactUpdate",
+    "artifact_update": "artifactUpdate",
+    "message": "message",
+}
 
 UpdateCallback = Callable[[TaskEvent], Awaitable[None] | None]
 
@@ -100,34 +109,29 @@ def _body_task(body: bytes) -> tuple[str, str]:
     """(kind, task id) of a webhook body: a StreamResponse or a bare v0.3 Task."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):
         raise WebhookRejected(400, "malformed", "the body is not valid JSON") from None
     if not isinstance(data, dict):
         raise WebhookRejected(400, "malformed", "the body is not a JSON object")
-    variants = [k for k in ("task", "statusUpdate", "artifactUpdate", "message") if k in data]
+    variants = [name for name in _STREAM_KINDS if name in data]
     if len(variants) > 1:
         raise WebhookRejected(400, "malformed", "a StreamResponse has exactly one payload")
     if variants:
-        kind = variants[0]
-        payload = data[kind]
+        kind = _STREAM_KINDS[variants[0]]
+        payload = data[variants[0]]
         if not isinstance(payload, dict):
-            raise WebhookRejected(400, "malformed", f"{kind} is not an object")
-        task_id = payload.get("id") if kind == "task" else payload.get("taskId")
+            raise WebhookRejected(400, "malformed", f"{variants[0]} is not an object")
     else:
         v03_kind = data.get("kind")
-        kinds = {
-            "task": "task",
-            "status-update": "statusUpdate",
-            "artifact-update": "artifactUpdate",
-        }
-        if v03_kind not in kinds:
+        if not isinstance(v03_kind, str) or v03_kind not in _V03_KINDS:
             raise WebhookRejected(
                 400, "malformed", "the body is neither a StreamResponse nor a v0.3 Task"
             )
-        kind = _V03_KINDS[v03_kind]
-        task_id = data.get("id") if v03_kind == "task" else data.get("taskId")
-    if not isinstance(task_id, str) or not task_id or len(task_id) > 256:
-        raise WebhookRejected(400, "malformed", "the payload names no task id")
+        kind, payload = _V03_KINDS[v03_kind], data
+    task_id = payload.get("id") if kind == "task" else payload.get("taskId", payload.get("task_id"))
+    # Printable: the id is a storage key, and lone surrogates cannot even be encoded.
+    if not isinstance(task_id, str) or not 0 < len(task_id) <= 256 or not task_id.isprintable():
+        raise WebhookRejected(400, "malformed", "the payload names no valid task id")
     return kind, task_id
 
 
@@ -142,9 +146,7 @@ class Receiver:
         metrics: ReceiverMetrics | None = None,
     ) -> None:
         self.settings = settings
-        self.store: ReceiverStore = store or SQLiteReceiverStore(
-            settings.database_url, synchronous=settings.synchronous
-        )
+        self.store: ReceiverStore = store or open_receiver_store(settings)
         self.metrics = metrics or ReceiverMetrics()
         self._session: aiohttp.ClientSession | None = None
         self._verifiers: dict[str, WebhookVerifier] = {}
@@ -165,6 +167,7 @@ class Receiver:
     # ---- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.store.set_event_listener(self._wake_streams)
         await self.store.open()
         self._load_api_keys()
         self._session = aiohttp.ClientSession()
@@ -282,10 +285,13 @@ class Receiver:
         """Call ``callback(event)`` (sync or async) for every stored task snapshot."""
         self._callbacks.append(callback)
 
-    async def _announce(self, event: TaskEvent) -> None:
-        self.metrics.snapshots.inc()
+    def _wake_streams(self) -> None:
         signal, self._new_event = self._new_event, asyncio.Event()
         signal.set()
+
+    async def _announce(self, event: TaskEvent) -> None:
+        self.metrics.snapshots.inc()
+        self._wake_streams()
         for callback in list(self._callbacks):
             try:
                 result = callback(event)
@@ -313,6 +319,11 @@ class Receiver:
             self.metrics.webhooks.labels(exc.reason).inc()
             log.info("webhook refused (%s): %s", exc.status, exc)
             status, result = exc.status, error_body(exc.reason, str(exc))
+        except Exception:
+            # Ours, not the sender's (e.g. the store failed): a JSON 500 it will retry.
+            log.exception("webhook processing failed")
+            self.metrics.webhooks.labels("error").inc()
+            status, result = 500, error_body("internal", "the webhook could not be processed")
         else:
             self.metrics.webhooks.labels(result["status"]).inc()
         self.metrics.webhook_latency.observe(time.perf_counter() - started)
@@ -411,6 +422,12 @@ class Receiver:
                     raise
                 refusal = exc
                 continue
+            # The issuer picked this agent, except on the token path: check it there too.
+            issuer = verified.claims.get("iss") if verified.claims is not None else None
+            if verified.claims is not None and issuer not in agent.issuers:
+                raise WebhookRejected(
+                    401, "bad_issuer", "the JWT issuer is not the agent this token belongs to"
+                )
             return agent, verified
         assert refusal is not None
         raise refusal
@@ -529,6 +546,18 @@ class Receiver:
         raise ClientError(404, "not_fetched", "the task has not been fetched yet; retry shortly")
 
 
+def open_receiver_store(settings: ReceiverSettings) -> ReceiverStore:
+    """PostgreSQL for a ``postgresql://`` database (replicas share it), else SQLite."""
+    database = settings.database_url
+    if database.startswith(("postgres://", "postgresql://")):
+        from .postgres_store import PostgresReceiverStore
+
+        return PostgresReceiverStore(database)
+    return SQLiteReceiverStore(
+        database.removeprefix("sqlite:///"), synchronous=settings.synchronous
+    )
+
+
 def _default_keys(path: Path) -> dict[str, str]:
     """Client API keys from ``path``, creating one for client "default" (mode 0600)."""
     if path.exists():
@@ -571,8 +600,15 @@ async def _read_limited(request: web.Request, limit: int) -> bytes | None:
     """The body, or None when it is over ``limit`` bytes (read no further than that)."""
     if request.content_length is not None and request.content_length > limit:
         return None
-    data = await request.content.read(limit + 1)
-    return None if len(data) > limit else data
+    # read(n) returns what has arrived so far, up to n: loop until the end of the body.
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(limit + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return None
+    return b"".join(chunks)
 
 
 def create_app(
@@ -732,5 +768,13 @@ def create_app(
     app.router.add_get("/events", events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+
+    async def end_streams(app: web.Application) -> None:
+        # on_shutdown runs before the server waits for open handlers: without this, each
+        # SSE stream would hold a graceful shutdown until its next keepalive (15 s).
+        core._closing = True
+        core._new_event.set()
+
+    app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from a2a_push.protocol.constants import (
     HEADER_AUTHORIZATION,
@@ -53,6 +54,9 @@ DEFAULT_FRESHNESS_SECONDS: Final = 300
 DEFAULT_JWKS_TTL_SECONDS: Final = 300.0
 DEFAULT_JWKS_MIN_REFRESH_SECONDS: Final = 30.0
 _MAX_ID_LENGTH: Final = 256
+_MAX_JWT_HEADER_CHARS: Final = 4096
+_MAX_JWT_PAYLOAD_CHARS: Final = 16_384
+_INT64: Final = range(-(2**63), 2**63)
 
 
 class AuthMethod(enum.StrEnum):
@@ -104,10 +108,18 @@ class VerifyPolicy:
             raise ValueError(f"algorithms: unsupported {sorted(unknown)}; use {ALGORITHMS}")
         if self.freshness_seconds <= 0:
             raise ValueError("freshness_seconds must be positive")
+        if AuthMethod.JWT in self.methods and not self.algorithms:
+            raise ValueError("algorithms: the jwt method needs at least one algorithm")
         if AuthMethod.STANDARD_WEBHOOKS in self.methods and not self.standard_webhooks_secrets:
             raise ValueError(
                 "standard_webhooks_secrets: the standard-webhooks method needs a whsec_ secret"
             )
+        for secret in self.standard_webhooks_secrets:
+            # A bad secret must fail here, at start-up, not as an error on every webhook.
+            try:
+                standard_webhooks.sign(secret, "check", 0, b"")
+            except ValueError as exc:
+                raise ValueError(f"standard_webhooks_secrets: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -134,16 +146,28 @@ class VerifiedWebhook:
     @property
     def seq(self) -> int | None:
         value = self.claims.get("seq") if self.claims else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, bool) or not isinstance(value, int) or value not in _INT64:
+            return None
+        return value
 
 
 def token_digest(token: str) -> str:
     """The hex SHA-256 a receiver stores instead of a subscription token."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    # surrogatepass: a header with bytes that are not UTF-8 reaches us with lone surrogates
+    # (aiohttp decodes with surrogateescape); such a token must fail to match, not crash.
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _ci(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` with case-insensitive lookups (a plain dict may have any case)."""
+    if isinstance(headers, CIMultiDict | CIMultiDictProxy):
+        return headers
+    return CIMultiDict(headers)
 
 
 def presented_jwt(headers: Mapping[str, str]) -> str | None:
     """The JWT a request carries: ``X-A2A-Signature``, else a bearer token shaped as a JWS."""
+    headers = _ci(headers)
     value = headers.get(HEADER_SIGNATURE)
     if value:
         return value.strip()
@@ -157,19 +181,26 @@ def presented_jwt(headers: Mapping[str, str]) -> str | None:
 
 def presented_token(headers: Mapping[str, str]) -> str | None:
     """The notification token a request carries, under either header name."""
+    headers = _ci(headers)
     return headers.get(HEADER_NOTIFICATION_TOKEN) or headers.get(HEADER_NOTIFICATION_TOKEN_ALT)
+
+
+def _json_segment(segment: str, max_chars: int) -> dict[str, Any] | None:
+    """A base64url JWT segment decoded as a JSON object, or None when it is not one."""
+    if len(segment) > max_chars or not segment.isascii():
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    except (ValueError, binascii.Error, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def unverified_issuer(token: str) -> str | None:
     """The ``iss`` claim of a JWT *without verifying it*: only to pick which agent to ask."""
     parts = token.split(".")
-    if len(parts) != 3 or len(parts[1]) > 16_384:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, binascii.Error):
-        return None
-    iss = payload.get("iss") if isinstance(payload, dict) else None
+    payload = _json_segment(parts[1], _MAX_JWT_PAYLOAD_CHARS) if len(parts) == 3 else None
+    iss = payload.get("iss") if payload is not None else None
     return iss if isinstance(iss, str) else None
 
 
@@ -192,7 +223,7 @@ class JWKSCache:
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.url = url
+        self._url = url
         self._session = session
         self._ttl = ttl
         self._min_refresh = min_refresh
@@ -200,8 +231,19 @@ class JWKSCache:
         self._headers = dict(headers or {})
         self._jwks: dict[str, Any] | None = None
         self._fetched_at = float("-inf")
+        self._error = "the agent's JWK Set has not been fetched yet"
         self._lock = asyncio.Lock()
         self.fetches = 0
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    @url.setter
+    def url(self, value: str | None) -> None:
+        # A new location (e.g. found in the agent card) is worth asking at once.
+        self._url = value
+        self._fetched_at = float("-inf")
 
     @classmethod
     def static(cls, jwks: Mapping[str, Any]) -> JWKSCache:
@@ -214,32 +256,39 @@ class JWKSCache:
         self._session = session
 
     async def get(self, *, refresh_for_kid: str | None = None) -> dict[str, Any]:
-        """The current set; refreshed when stale, or when it lacks ``refresh_for_kid``."""
+        """The current set; refreshed when stale, or when it lacks ``refresh_for_kid``.
+
+        Fetches (successful or not) are at least ``min_refresh`` seconds apart: while
+        the agent's JWKS endpoint is down, requests are answered 503 without asking it.
+        """
         now = time.monotonic()
         jwks = self._jwks
-        if jwks is not None and now - self._fetched_at < self._ttl:
-            if refresh_for_kid is None or _has_kid(jwks, refresh_for_kid):
-                return jwks
-            if now - self._fetched_at < self._min_refresh:
-                return jwks  # rate-limited: an unknown kid will fail verification
-        if self.url is None:
-            if jwks is None:
-                raise _unauthorized("no_jwks", "no JWK Set is configured for this agent")
+        age = now - self._fetched_at
+        if (
+            jwks is not None
+            and age < self._ttl
+            and (refresh_for_kid is None or _has_kid(jwks, refresh_for_kid))
+        ):
             return jwks
+        if self.url is None or age < self._min_refresh:
+            return self._cached()  # rate-limited: an unknown kid will fail verification
         async with self._lock:
-            if self._jwks is not None and self._fetched_at > now:
-                return self._jwks  # another caller refreshed while we waited
+            if self._fetched_at > now:
+                return self._cached()  # another caller fetched while we waited
             try:
                 self._jwks = await self._fetch()
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                if self._jwks is not None:
-                    return self._jwks  # keep verifying with what we have
-                raise WebhookRejected(
-                    503, "jwks_unavailable", f"the agent's JWK Set could not be fetched: {exc}"
-                ) from exc
+                self._error = f"the agent's JWK Set could not be fetched: {exc}"
             finally:
                 self._fetched_at = time.monotonic()
+            return self._cached()  # on failure, keep verifying with what we have
+
+    def _cached(self) -> dict[str, Any]:
+        if self._jwks is not None:
             return self._jwks
+        if self.url is None:
+            raise _unauthorized("no_jwks", "no JWK Set is configured for this agent")
+        raise WebhookRejected(503, "jwks_unavailable", self._error)
 
     async def _fetch(self) -> dict[str, Any]:
         assert self.url is not None
@@ -268,23 +317,23 @@ def _has_kid(jwks: Mapping[str, Any], kid: str) -> bool:
     return any(isinstance(k, Mapping) and k.get("kid") == kid for k in jwks.get("keys", ()))
 
 
-def _jwt_kid(token: str) -> str | None:
-    head = token.split(".", 1)[0]
-    if len(head) > 4096:
-        return None
-    try:
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except (ValueError, binascii.Error):
-        return None
-    kid = header.get("kid") if isinstance(header, dict) else None
-    return kid if isinstance(kid, str) else None
+def _jwt_header(token: str) -> dict[str, Any]:
+    """The JOSE header, checked to be parseable before the JWT library sees the token."""
+    # A compact JWS is ASCII; the header is parsed here first so that nothing a sender
+    # controls can make the parsing raise anything but a clean refusal.
+    header = _json_segment(token.split(".", 1)[0], _MAX_JWT_HEADER_CHARS)
+    if not token.isascii() or header is None:
+        raise _unauthorized("malformed", "the JWT is not a compact JWS with a JSON header")
+    return header
 
 
-def _check_id(value: str | None, name: str) -> str | None:
+def _check_id(value: str | None, name: str, reason: str = "bad_header") -> str | None:
     if value is None:
         return None
     if not value or len(value) > _MAX_ID_LENGTH or not value.isprintable():
-        raise WebhookRejected(400, "bad_header", f"the {name} header is not a valid id")
+        raise WebhookRejected(
+            400, reason, f"{name} is not a valid id (1 to {_MAX_ID_LENGTH} printable characters)"
+        )
     return value
 
 
@@ -314,7 +363,8 @@ class WebhookVerifier:
         """
         current = time.time() if now is None else now
         policy = self.policy
-        webhook_id = _check_id(headers.get(HEADER_WEBHOOK_ID), HEADER_WEBHOOK_ID)
+        headers = _ci(headers)
+        webhook_id = _check_id(headers.get(HEADER_WEBHOOK_ID), f"the {HEADER_WEBHOOK_ID} header")
         timestamp = self._timestamp(headers, current)
         token = presented_token(headers)
         if token is not None and expected_token_digest is not None:
@@ -372,7 +422,8 @@ class WebhookVerifier:
     ) -> VerifiedWebhook:
         assert self.jwks is not None
         policy = self.policy
-        jwks = await self.jwks.get(refresh_for_kid=_jwt_kid(token))
+        kid = _jwt_header(token).get("kid")
+        jwks = await self.jwks.get(refresh_for_kid=kid if isinstance(kid, str) else None)
         try:
             claims = verify_webhook_jwt(
                 token,
@@ -386,12 +437,18 @@ class WebhookVerifier:
             )
         except JWTVerificationError as exc:
             raise _unauthorized(exc.reason, f"the JWT was refused: {exc}") from exc
+        except RecursionError:
+            raise _unauthorized("malformed", "the JWT payload is nested too deeply") from None
         iat = float(claims["iat"])
         if abs(current - iat) > policy.freshness_seconds:
             raise _unauthorized("stale", "the JWT iat is outside the freshness window")
-        jti = _check_id(claims["jti"], "jti")
+        jti = _check_id(claims["jti"], "the JWT jti", "bad_claim")
         assert jti is not None
-        if webhook_id is not None and not hmac.compare_digest(webhook_id, jti):
+        for name in ("taskId", "configId"):
+            if isinstance(claims.get(name), str):
+                _check_id(claims[name], f"the JWT {name}", "bad_claim")
+        # As bytes: compare_digest refuses str with non-ASCII characters.
+        if webhook_id is not None and not hmac.compare_digest(webhook_id.encode(), jti.encode()):
             raise _unauthorized("id_mismatch", "webhook-id does not match the JWT jti")
         return VerifiedWebhook(AuthMethod.JWT, jti, timestamp or iat, claims)
 

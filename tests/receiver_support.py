@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
+import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,9 +19,18 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from a2a_push.protocol.constants import (
+    A2A_MEDIA_TYPE,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_ID,
+    HEADER_WEBHOOK_TIMESTAMP,
+)
+from a2a_push.signing import KeySet, WebhookSigner
 from examples.mock_agent import create_app as create_agent_app
 from receiver.app import RECEIVER, Receiver, create_app
 from receiver.settings import ReceiverSettings
+from receiver.store import Subscription, SubscriptionState
+from receiver.verify import token_digest
 
 AGENT_PUBLIC = "http://mock-agent.test"
 API_KEY = "alice-api-key-0123456789"
@@ -146,3 +159,249 @@ def sse_frames(text: str) -> list[dict[str, Any]]:
         if "data" in fields:
             frames.append(fields)
     return frames
+
+
+# ---- a receiver facing fake agents, for the webhook attack, library and fuzz tests ------
+
+SW_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # PROTOCOL.md's test vector
+WEBHOOK_MAX_BODY = 64 * 1024
+# name -> the authentication methods the receiver allows that agent
+AGENT_AUTH_METHODS: dict[str, tuple[str, ...]] = {
+    "a": ("jwt", "standard-webhooks"),
+    "b": ("jwt", "token"),
+    "t": ("token",),
+}
+
+
+@dataclass
+class FakeAgent:
+    """An agent as the receiver sees it: a key set, a JWKS route and a GetTask method."""
+
+    name: str
+    url: str
+    issuer: str
+    keyset: KeySet
+    jwks_hits: int = 0
+    jwks_status: int = 200
+    get_task_hits: int = 0
+
+    @property
+    def key(self) -> str:
+        return self.url.rstrip("/")
+
+    @property
+    def jwks_url(self) -> str:
+        return self.url + "/jwks.json"
+
+    def signer(self, issuer: str | None = None) -> WebhookSigner:
+        return WebhookSigner(self.keyset, issuer or self.issuer)
+
+
+def agent_task(task_id: str) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "contextId": "ctx-1",
+        "status": {"state": "TASK_STATE_WORKING", "timestamp": "2025-01-01T00:00:00Z"},
+    }
+
+
+def _fake_agents_app(agents: dict[str, FakeAgent]) -> web.Application:
+    async def jwks(request: web.Request) -> web.Response:
+        agent = agents[request.match_info["name"]]
+        agent.jwks_hits += 1
+        if agent.jwks_status != 200:
+            return web.json_response({"error": "down"}, status=agent.jwks_status)
+        return web.json_response(agent.keyset.jwks())
+
+    async def rpc(request: web.Request) -> web.Response:
+        agent = agents[request.match_info["name"]]
+        data = await request.json()
+        if data.get("method") != "GetTask":
+            error = {"code": -32601, "message": "method not found"}
+            return web.json_response({"jsonrpc": "2.0", "id": data.get("id"), "error": error})
+        agent.get_task_hits += 1
+        result = agent_task(str(data["params"]["id"]))
+        return web.json_response({"jsonrpc": "2.0", "id": data.get("id"), "result": result})
+
+    app = web.Application()
+    app.router.add_get("/{name}/jwks.json", jwks)
+    app.router.add_post("/{name}", rpc)
+    return app
+
+
+@dataclass
+class WebhookRig:
+    """A receiver trusting agents ``a`` (jwt, standard-webhooks), ``b`` (jwt, token) and
+    ``t`` (token), whose JWKS and GetTask are served by a local server."""
+
+    receiver: Receiver
+    webhook_url: str
+    db_path: Path
+    agents: dict[str, FakeAgent]
+    session: aiohttp.ClientSession
+
+    async def subscribe(
+        self, agent: str, task_id: str, *, client_id: str = "alice"
+    ) -> tuple[Subscription, str]:
+        """A subscription stored directly (no agent call); it and its token."""
+        token = secrets.token_urlsafe(24)
+        sub = Subscription(
+            id=f"sub_{uuid.uuid4().hex}",
+            client_id=client_id,
+            agent_url=self.agents[agent].key,
+            task_id=task_id,
+            token_digest=token_digest(token),
+            state=SubscriptionState.ACTIVE,
+            created_at=time.time(),
+        )
+        stored = await self.receiver.store.add_subscription(sub)
+        assert stored.id == sub.id
+        return stored, token
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        assert await self.receiver.store.delete_subscription(sub.id, now=time.time())
+
+    def jwt(
+        self,
+        agent: str,
+        body: bytes,
+        sub: Subscription | None = None,
+        *,
+        task_id: str | None = None,
+        webhook_id: str | None = None,
+        issuer: str | None = None,
+        audience: str | None = None,
+        now: int | None = None,
+    ) -> str:
+        """A webhook JWT as our notifier signs it, with any claim overridable."""
+        return (
+            self.agents[agent]
+            .signer(issuer)
+            .sign(
+                body=body,
+                audience=audience or self.webhook_url,
+                webhook_id=webhook_id or f"msg_{uuid.uuid4().hex}",
+                task_id=task_id or (sub.task_id if sub else "task-x"),
+                config_id=sub.id if sub else "cfg-x",
+                seq=1,
+                now=now,
+            )
+        )
+
+    def signed(
+        self,
+        agent: str,
+        body: bytes,
+        sub: Subscription | None = None,
+        *,
+        task_id: str | None = None,
+    ) -> dict[str, str]:
+        """The headers our notifier sends with a signed webhook."""
+        webhook_id = f"msg_{uuid.uuid4().hex}"
+        return {
+            HEADER_WEBHOOK_ID: webhook_id,
+            HEADER_WEBHOOK_TIMESTAMP: str(int(time.time())),
+            HEADER_SIGNATURE: self.jwt(agent, body, sub, task_id=task_id, webhook_id=webhook_id),
+        }
+
+    async def post(
+        self,
+        body: bytes | Any,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = A2A_MEDIA_TYPE,
+    ) -> tuple[int, Any]:
+        """POST a webhook; (status, JSON body). Every answer must be JSON."""
+        sent = dict(headers or {})
+        if content_type is not None:
+            sent["Content-Type"] = content_type
+        async with self.session.post(self.webhook_url, data=body, headers=sent) as resp:
+            assert resp.content_type == "application/json", await resp.text()
+            return resp.status, await resp.json()
+
+    def stored(self) -> tuple[int, int]:
+        """(notification rows, seen dedup keys) in the receiver's SQLite file."""
+        with contextlib.closing(sqlite3.connect(self.db_path)) as conn:
+            notifications = conn.execute("SELECT COUNT(*) FROM notifications").fetchone()[0]
+            seen = conn.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
+        return int(notifications), int(seen)
+
+
+def webhook_settings(tmp_path: Path, agents: dict[str, FakeAgent], port: int) -> ReceiverSettings:
+    configured = []
+    for name, agent in agents.items():
+        entry: dict[str, Any] = {
+            "url": agent.url,
+            "issuer": agent.issuer,
+            "auth": list(AGENT_AUTH_METHODS[name]),
+            "jwks_url": agent.jwks_url,
+        }
+        if "standard-webhooks" in AGENT_AUTH_METHODS[name]:
+            entry["standard_webhooks_secrets"] = [SW_SECRET]
+        configured.append(entry)
+    return ReceiverSettings.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": port,
+            "data_dir": tmp_path / "receiver",
+            "agents": configured,
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+            "max_body_bytes": WEBHOOK_MAX_BODY,
+            "fetch_coalesce_seconds": 0.01,
+        }
+    )
+
+
+@asynccontextmanager
+async def webhook_rig(tmp_path: Path) -> AsyncIterator[WebhookRig]:
+    agents: dict[str, FakeAgent] = {}
+    agent_server = TestServer(_fake_agents_app(agents), host="127.0.0.1")
+    await agent_server.start_server()
+    base = str(agent_server.make_url("")).rstrip("/")
+    for name in AGENT_AUTH_METHODS:
+        agents[name] = FakeAgent(
+            name, f"{base}/{name}", f"http://agent-{name}.test", KeySet.generate()
+        )
+    receiver_server: TestServer | None = None
+    try:
+        port = _free_port()
+        settings = webhook_settings(tmp_path, agents, port)
+        app = create_app(settings)
+        receiver_server = TestServer(app, host="127.0.0.1", port=port)
+        await receiver_server.start_server()
+        async with aiohttp.ClientSession() as session:
+            yield WebhookRig(
+                app[RECEIVER], settings.webhook_url, Path(settings.database_url), agents, session
+            )
+    finally:
+        if receiver_server is not None:
+            await receiver_server.close()
+        await agent_server.close()
+
+
+def status_update(task_id: str, state: str = "TASK_STATE_WORKING") -> bytes:
+    event = {
+        "taskId": task_id,
+        "contextId": "ctx-1",
+        "status": {"state": state, "timestamp": "2025-01-01T00:00:00Z"},
+    }
+    return json.dumps({"statusUpdate": event}).encode()
+
+
+def task_snapshot(task_id: str) -> bytes:
+    return json.dumps({"task": agent_task(task_id)}).encode()
+
+
+def artifact_update(task_id: str) -> bytes:
+    artifact = {"artifactId": "art-1", "parts": [{"text": "hello"}]}
+    event = {"taskId": task_id, "contextId": "ctx-1", "artifact": artifact, "lastChunk": True}
+    return json.dumps({"artifactUpdate": event}).encode()
+
+
+def v03_task(task_id: str) -> bytes:
+    task = {
+        "kind": "task",
+        "id": task_id,
+        "contextId": "ctx-1",
+        "status": {"state": "working", "timestamp": "2025-01-01T00:00:00Z"},
+    }
+    return json.dumps(task).encode()

@@ -18,7 +18,7 @@ import time
 from collections import Counter as _Counter
 from dataclasses import dataclass
 
-from ..errors import A2APushError
+from ..errors import A2APushError, StoreUnavailableError
 from ..metrics import Metrics
 from ..signing import WebhookSigner
 from ..store import Delivery, Outcome, Store, StoredConfig
@@ -153,6 +153,11 @@ class Dispatcher:
                     per_endpoint=opts.per_endpoint,
                     exclude_endpoints=self._unavailable_endpoints(),
                 )
+            except StoreUnavailableError as exc:
+                # Expected while the database restarts: one line, no traceback.
+                log.warning("claiming due deliveries failed (%s); retrying shortly", exc)
+                await self._sleep(opts.poll_interval)
+                continue
             except Exception:
                 log.exception("claiming due deliveries failed; retrying shortly")
                 await self._sleep(opts.poll_interval)
