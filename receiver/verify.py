@@ -37,6 +37,7 @@ from typing import Any, Final
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from a2a_push.errors import InvalidConfigError
 from a2a_push.protocol.constants import (
     HEADER_AUTHORIZATION,
     HEADER_NOTIFICATION_TOKEN,
@@ -118,8 +119,8 @@ class VerifyPolicy:
             # A bad secret must fail here, at start-up, not as an error on every webhook.
             try:
                 standard_webhooks.sign(secret, "check", 0, b"")
-            except ValueError as exc:
-                raise ValueError(f"standard_webhooks_secrets: {exc}") from None
+            except InvalidConfigError as exc:
+                raise ValueError(f"standard_webhooks_secrets: {exc.message}") from None
 
 
 @dataclass(frozen=True)

@@ -272,20 +272,19 @@ class WebhookRig:
         issuer: str | None = None,
         audience: str | None = None,
         now: int | None = None,
+        config_id: str | None = None,
+        seq: int = 1,
     ) -> str:
         """A webhook JWT as our notifier signs it, with any claim overridable."""
-        return (
-            self.agents[agent]
-            .signer(issuer)
-            .sign(
-                body=body,
-                audience=audience or self.webhook_url,
-                webhook_id=webhook_id or f"msg_{uuid.uuid4().hex}",
-                task_id=task_id or (sub.task_id if sub else "task-x"),
-                config_id=sub.id if sub else "cfg-x",
-                seq=1,
-                now=now,
-            )
+        signer = self.agents[agent].signer(issuer)
+        return signer.sign(
+            body=body,
+            audience=audience or self.webhook_url,
+            webhook_id=webhook_id or f"msg_{uuid.uuid4().hex}",
+            task_id=task_id or (sub.task_id if sub else "task-x"),
+            config_id=config_id or (sub.id if sub else "cfg-x"),
+            seq=seq,
+            now=now,
         )
 
     def signed(
