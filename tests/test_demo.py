@@ -1,5 +1,10 @@
-"""``make demo`` works: the mock agent over HTTP, every webhook arrives verified and in
-order, and a webhook that does not verify fails the demo."""
+"""``make demo`` works. Part 1: the mock agent over HTTP, every webhook arrives verified and
+in order, and a webhook that does not verify fails the demo. Part 2: the whole loop through
+the receiver in its own process, stopped and restarted mid-run, loses nothing; anything
+lost, or a receiver that does not start, fails the demo.
+
+The demo runs once for the whole module (``python -m examples.demo``, as ``make demo``
+does); the failure tests run it in-process with one thing broken."""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
-from examples import demo
+from examples import demo, demo_loop
+from examples.demo_loop import Retries, Seen, TaskRun, Update
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,9 +35,53 @@ ROUTES = {
 FINAL = {"roll": "completed", "book": "completed", "fail": "failed", "echo": "canceled"}
 
 
-async def run_collecting() -> tuple[int, list[str]]:
+# part 2: what each task ends as
+FINAL_LOOP = {
+    "roll": "completed",
+    "fail": "failed",
+    "book": "completed",
+    "login": "completed",
+    "report": "completed",
+}
+PART_2 = "a2a-push demo, part 2"
+SSE_ROW = re.compile(r"\s*\d+\.\d+s\s+sse\s+#(\d+)\s+(\w+)\s+([0-9a-f]{8})…\s+(\S+)(.*)")
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> subprocess.CompletedProcess[str]:
+    """``python -m examples.demo``, once for every test of the module."""
+    return subprocess.run(
+        [sys.executable, "-m", "examples.demo"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        timeout=90,
+    )
+
+
+@pytest.fixture(scope="module")
+def lines(demo_run: subprocess.CompletedProcess[str]) -> list[str]:
+    assert demo_run.returncode == 0, demo_run.stdout + demo_run.stderr
+    return demo_run.stdout.splitlines()
+
+
+def part_1(lines: list[str]) -> list[str]:
+    return lines[: index_of(lines, PART_2)]
+
+
+def part_2(lines: list[str]) -> list[str]:
+    return lines[index_of(lines, PART_2) :]
+
+
+def index_of(lines: list[str], text: str) -> int:
+    return next(i for i, line in enumerate(lines) if text in line)
+
+
+async def run_collecting(*, loop: bool = True) -> tuple[int, list[str]]:
     lines: list[str] = []
-    code = await demo.run_demo(out=lines.append)
+    code = await demo.run_demo(out=lines.append, loop=loop)
     return code, lines
 
 
@@ -48,10 +99,9 @@ def summary_row(lines: list[str], task: str, config: str) -> list[str]:
     return re.split(r"\s{2,}", row.strip())
 
 
-async def test_demo_drives_every_flow_and_verifies_every_webhook() -> None:
-    code, lines = await run_collecting()
+def test_demo_drives_every_flow_and_verifies_every_webhook(lines: list[str]) -> None:
     text = "\n".join(lines)
-    assert code == 0, text
+    lines = part_1(lines)
 
     for (task, config), expected in ROUTES.items():
         rows = rows_for(lines, task, config)
@@ -64,9 +114,10 @@ async def test_demo_drives_every_flow_and_verifies_every_webhook() -> None:
         assert webhooks == f"{len(expected)}/{len(expected)}"
         assert verified == "yes ✓" and order.endswith("✓") and final == FINAL[task]
 
+    part = "\n".join(lines)
     # each flow's terminal state, and the booking's input-required turn
     for state in ("completed", "input-required", "failed", "canceled"):
-        assert f"statusUpdate ({state})" in text, state
+        assert f"statusUpdate ({state})" in part, state
 
     # the JSON-RPC steps are in the timeline too
     steps = "\n".join(client_rows(lines))
@@ -82,20 +133,19 @@ async def test_demo_drives_every_flow_and_verifies_every_webhook() -> None:
         "← GetTask: completed",
     ):
         assert step in steps, step
-    assert "/.well-known/jwks.json" in text  # the JWKS came over HTTP
+    assert "/.well-known/jwks.json" in part  # the JWKS came over HTTP
 
     assert "verified" in text and "FAILED" not in text
-    assert "OK — 20 webhooks arrived" in text
+    assert "OK — 20 webhooks arrived" in part
     assert "\x1b[" not in text  # no colour codes when not writing to a terminal
     for section in ("Embedding the notifier", "Verifying webhooks", "Delivery guarantees"):
         assert section in text
         assert f"## {section}" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
 
-async def test_demo_shows_the_503_retries_and_order_holds() -> None:
-    code, lines = await run_collecting()
+def test_demo_shows_the_503_retries_and_order_holds(lines: list[str]) -> None:
+    lines = part_1(lines)
     text = "\n".join(lines)
-    assert code == 0, text
     assert "answers 503" in text and "retries after 503" in text
     rows = rows_for(lines, "roll", "whsec")
     outages = [row for row in rows if " 503 " in row]
@@ -122,7 +172,7 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
         return verify_webhook_jwt(token, **{**kwargs, "jwks": stranger})
 
     monkeypatch.setattr(demo, "verify_webhook_jwt", with_wrong_keys)
-    code, lines = await run_collecting()
+    code, lines = await run_collecting(loop=False)
     text = "\n".join(lines)
     assert code != 0
     assert "✗ FAILED: unknown_kid" in text
@@ -130,17 +180,141 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
     assert "Next:" not in text
 
 
-def test_python_m_examples_demo_exits_zero() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "examples.demo"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-        timeout=60,
+def test_python_m_examples_demo_exits_zero(demo_run: subprocess.CompletedProcess[str]) -> None:
+    assert demo_run.returncode == 0, demo_run.stdout + demo_run.stderr
+    assert demo_run.stderr == ""  # the demo prints only to stdout (the receiver to its log)
+    assert "OK — 20 webhooks arrived" in demo_run.stdout
+    assert "OK — all 5 tasks final in the receiver" in demo_run.stdout
+    assert "removed" in demo_run.stdout  # the temporary folder is cleaned up
+    assert "python -m receiver --help" in demo_run.stdout
+
+
+# ---- part 2: the whole loop through the receiver --------------------------------------------
+
+
+def sse_rows(lines: list[str]) -> list[tuple[int, str, str, str, str]]:
+    """(event id, task label, task id prefix, state, rest) of each SSE line."""
+    rows = []
+    for line in lines:
+        match = SSE_ROW.fullmatch(line)
+        if match:
+            event_id, label, task, state, rest = match.groups()
+            rows.append((int(event_id), label, task, state, rest))
+    return rows
+
+
+def row_index(lines: list[str], pattern: str) -> int:
+    return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+
+def test_part_2_runs_the_receiver_as_a_process_and_restarts_it(lines: list[str]) -> None:
+    lines = part_2(lines)
+    text = "\n".join(lines)
+    assert "python -m receiver --config receiver/receiver.json --host 127.0.0.1" in text
+    assert "A2A_RECEIVER_API_KEYS" in text  # the API key comes from the environment
+    started = re.search(r"receiver  started, pid (\d+): healthy after", text)
+    stopped = re.search(r"receiver  SIGTERM → pid (\d+)", text)
+    exited = re.search(r"receiver  pid (\d+) exited \(code 0\)", text)
+    restarted = re.search(r"receiver  restarted, pid (\d+) \(same port (\d+), same data dir", text)
+    assert started and stopped and exited and restarted, text
+    assert started[1] == stopped[1] == exited[1] != restarted[1]  # a new process …
+    assert f"process on http://127.0.0.1:{restarted[2]}," in text  # … on the first one's port
+
+    # the app answers two tasks while the receiver is down: the agent goes on without it
+    down, up = row_index(lines, "SIGTERM → pid"), row_index(lines, "restarted, pid")
+    for answer in demo_loop.ANSWERS.values():
+        sent = row_index(lines, f"→ SendMessage “{answer}”.* while the receiver is down")
+        assert down < sent < up
+    assert any("every task finished while the receiver was down" in line for line in lines)
+
+
+def test_part_2_sse_client_prints_each_update_and_resumes_after_the_restart(
+    lines: list[str],
+) -> None:
+    lines = part_2(lines)
+    rows = sse_rows(lines)
+    ids = [row[0] for row in rows]
+    assert ids == sorted(set(ids)) and ids[0] == 1  # in order, none twice
+
+    labels = [label for label, _ in (*demo_loop.TASKS, demo_loop.LATE)]
+    assert sorted({row[1] for row in rows}) == sorted(labels)
+    for label in labels:  # the last line about each task: its final state
+        last = [row for row in rows if row[1] == label][-1]
+        assert last[3] == FINAL_LOOP[label], (label, last)
+    # the interrupted states arrive before the outage, the artifacts with the updates
+    states = {(row[1], row[3]) for row in rows}
+    assert {("book", "input-required"), ("login", "auth-required")} <= states
+    assert any(row[1] == "roll" and re.search(r"“2d6: \d+ \+ \d+ = \d+”", row[4]) for row in rows)
+    assert any(
+        row[1] == "book" and "“Booked a table for two for friday 8pm" in row[4] for row in rows
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stderr == ""  # the demo prints only to stdout
-    assert "OK — 20 webhooks arrived" in result.stdout
-    assert "removed" in result.stdout  # the temporary folder is cleaned up
+
+    # the stream ends with the receiver; the client resumes from the last id it saw
+    resumed = row_index(lines, r"sse\s+reconnected with Last-Event-ID: \d+")
+    last_id = int(re.findall(r"Last-Event-ID: (\d+)", lines[resumed])[0])
+    before = [row[0] for row in sse_rows(lines[:resumed])]
+    after = [row[0] for row in sse_rows(lines[resumed:])]
+    assert before and before[-1] == last_id
+    assert after and min(after) > last_id
+    assert row_index(lines, r"sse\s+the receiver ended the stream|connection lost") < resumed
+    # the answered tasks finished while the receiver was down: seen after the resume
+    completed = row_index(lines, r"sse\s+#\d+\s+book\s+\S+\s+completed")
+    assert completed > resumed
+
+
+def test_part_2_summary_shows_nothing_was_lost(lines: list[str]) -> None:
+    lines = part_2(lines)
+    text = "\n".join(lines)
+    for label, final in FINAL_LOOP.items():
+        (row,) = [line for line in lines if re.match(rf"  {label}\s+[0-9a-f]{{8}}…  ", line)]
+        _, _, agent, receiver, sse, updates = re.split(r"\s{2,}", row.strip())
+        assert (agent, receiver, sse) == (final, f"{final} ✓", f"{final} ✓"), row
+        assert int(updates) >= 1
+    assert "OK — all 5 tasks final in the receiver and on the SSE stream" in text
+    assert "none seen twice" in text
+    assert re.search(r"[1-9]\d* webhooks were retried \(\d+ failed attempts\), none lost", text)
+    assert "the SSE client resumed with Last-Event-ID" in text
+    assert "FAILED" not in text
+
+
+def test_part_2_judge_names_every_lost_or_repeated_update() -> None:
+    done = TaskState.COMPLETED.value
+    tasks = [
+        TaskRun("book", "book it", "b" * 36, done, TaskState.WORKING.value, 200),
+        TaskRun("roll", "roll 2d6", "r" * 36, done, None, 404),
+    ]
+    seen = Seen(
+        updates=[
+            Update(1, "b" * 36, TaskState.WORKING.value),
+            Update(2, "r" * 36, done),
+            Update(2, "r" * 36, done),
+        ]
+    )
+    problems = demo_loop.judge(tasks, seen, Retries(0, 0, pending=1, dead=1), [])
+    text = "\n".join(problems)
+    assert "book bbbbbbbb…: the receiver has working, the agent completed" in text
+    assert "roll rrrrrrrr…: GET /tasks/{id} answered 404" in text
+    assert "book bbbbbbbb…: the SSE client last saw working" in text
+    assert "SSE event ids seen more than once: 2" in text
+    assert "never resumed with Last-Event-ID" in text
+    assert "1 pending and 1 dead-lettered" in text
+    assert "no webhook was retried" in text
+
+    fine = [TaskRun("roll", "roll 2d6", "r" * 36, done, done, 200)]
+    ok = Seen(updates=[Update(1, "r" * 36, done)], resumed_from=[1])
+    assert demo_loop.judge(fine, ok, Retries(1, 3, pending=0, dead=0), []) == []
+
+
+async def test_demo_fails_with_the_reason_when_the_receiver_does_not_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = property(lambda self: [sys.executable, "-m", "receiver", "--port", "not-a-port"])
+    monkeypatch.setattr(demo_loop.ReceiverProcess, "command", broken)
+    code, lines = await run_collecting()
+    text = "\n".join(lines)
+    assert code != 0
+    assert "OK — 20 webhooks arrived" in text  # part 1 is fine
+    assert "✗ the receiver exited with code 2 while starting" in text
+    assert "the receiver's log (last lines):" in text and "not-a-port" in text
+    assert "FAILED — part 2" in text and "Next:" not in text
+    assert "removed" in text
