@@ -220,6 +220,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="pause between task steps (default: 0.5)",
     )
+    mock_agent.add_argument(
+        "--retry-schedule",
+        metavar="SECONDS,...",
+        help="seconds before each durable webhook retry, e.g. 1,1,2,5 (default: 5 s, 5 m, …)",
+    )
+    mock_agent.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="post events to this a2a-push gateway instead of the embedded notifier",
+    )
+    mock_agent.add_argument(
+        "--gateway-key",
+        metavar="KEY",
+        default=env.get("A2A_PUSH_GATEWAY_KEY"),
+        help="the agent's API key at the gateway (default: $A2A_PUSH_GATEWAY_KEY)",
+    )
     mock_agent.set_defaults(handler=_cmd_mock_agent)
 
     receiver = command(
@@ -596,6 +612,14 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         AddressPolicy(args.allow_webhook_hosts)
     except ValueError as exc:
         raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
+    schedule = None
+    if args.retry_schedule:
+        try:
+            schedule = module._delays(args.retry_schedule)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise CLIError(f"--retry-schedule: {exc}", 2) from None
+    if bool(args.gateway) != bool(args.gateway_key):
+        raise CLIError("--gateway needs --gateway-key (or $A2A_PUSH_GATEWAY_KEY)", 2)
     result = module.serve(
         host=args.host,
         port=args.port,
@@ -603,6 +627,9 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         allow_webhook_hosts=args.allow_webhook_hosts,
         public_url=args.public_url,
         step_delay=args.step_delay,
+        retry_schedule=schedule,
+        gateway_url=args.gateway,
+        gateway_key=args.gateway_key,
     )
     return result if isinstance(result, int) else 0
 

@@ -33,6 +33,7 @@ import base64
 import binascii
 import itertools
 import logging
+import os
 import random
 import re
 import sys
@@ -44,12 +45,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
 
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.gateway.app import HEADER_OWNER
+from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
@@ -224,13 +228,71 @@ class TaskStore:
 # ---- the agent -----------------------------------------------------------------------
 
 
+class GatewayLink:
+    """The agent's side of an a2a-push gateway: events through ``GatewayClient`` (retried
+    until durable), push-config methods forwarded to the gateway's JSON-RPC endpoint
+    with the caller as ``X-A2A-Owner``."""
+
+    def __init__(self, url: str, api_key: str) -> None:
+        self.url = url.rstrip("/")
+        self._api_key = api_key
+        self._session: aiohttp.ClientSession | None = None
+        self._client: GatewayClient | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+            self._client = GatewayClient(self.url, self._api_key, session=self._session)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def publish(
+        self, task_id: str, event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+    ) -> None:
+        self._http()
+        assert self._client is not None
+        try:
+            await self._client.publish(task_id, event)
+        except GatewayError as exc:
+            raise A2AError.internal_error(f"the push gateway refused the event: {exc}") from exc
+
+    async def call(self, method: str, params: Any, *, owner: str, version: str) -> Any:
+        headers = {
+            "Authorization": f"Bearer {self._api_key}",
+            HEADER_A2A_VERSION: version,
+            HEADER_OWNER: owner,
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        try:
+            async with self._http().post(self.url + "/v1/rpc", json=body, headers=headers) as resp:
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise A2AError.internal_error(f"the push gateway is unreachable: {exc}") from exc
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            raise A2AError.from_error_dict(data["error"])
+        if not isinstance(data, dict) or "result" not in data:
+            raise A2AError.internal_error("the push gateway sent no JSON-RPC result")
+        return data["result"]
+
+
 class MockAgent:
     """The A2A methods of the mock agent; ``call`` serves one JSON-RPC method."""
 
     def __init__(
-        self, notifier: PushNotifier, *, public_url: str, step_delay: float = DEFAULT_STEP_DELAY
+        self,
+        notifier: PushNotifier,
+        *,
+        public_url: str,
+        step_delay: float = DEFAULT_STEP_DELAY,
+        gateway: GatewayLink | None = None,
     ) -> None:
         self.notifier = notifier
+        # With a gateway, events and push configs go there; the embedded notifier then
+        # only validates inline configs and sends nothing.
+        self.gateway = gateway
         self.public_url = public_url.rstrip("/")
         self.step_delay = step_delay
         self.tasks = TaskStore()
@@ -260,6 +322,8 @@ class MockAgent:
         The method name decides the shapes (v1.0 or v0.3), as for the push-config methods.
         """
         if method in self.service.methods:
+            if self.gateway is not None:
+                return await self.gateway.call(method, params, owner=owner, version=version)
             return await self.service.handle(method, params, version=version, owner=owner)
         handler = self._methods.get(method)
         if handler is None:
@@ -340,9 +404,7 @@ class MockAgent:
         record = TaskRecord(task=task, owner=owner, skill=skill, subject=subject)
         # Registers the config and queues the submitted task as its first webhook; if it
         # fails (e.g. the host does not resolve) the task was never stored.
-        await register_inline_config(
-            self.service, configuration, task=task, owner=owner, version=version
-        )
+        await self._register_inline(configuration, task=task, owner=owner, version=version)
         self.tasks.add(record)
         self._start(record, self._run(record))
         return record
@@ -365,8 +427,8 @@ class MockAgent:
         message = message.model_copy(update={"context_id": record.task.context_id})
         async with record.lock:
             self._check_accepts_messages(record)  # it may have moved on meanwhile
-            await register_inline_config(
-                self.service, configuration, task=record.task, owner=owner, version=version
+            await self._register_inline(
+                configuration, task=record.task, owner=owner, version=version
             )
             history = [*(record.task.history or []), message]
             record.task = record.task.model_copy(update={"history": history})
@@ -468,6 +530,32 @@ class MockAgent:
             "totalSize": total,
         }
 
+    async def _register_inline(
+        self, configuration: Mapping[str, Any], *, task: Task, owner: str, version: str
+    ) -> None:
+        if self.gateway is None:
+            await register_inline_config(
+                self.service, configuration, task=task, owner=owner, version=version
+            )
+            return
+        config = parse_inline_config(configuration, service=self.service, task_id=task.id)
+        if config is None:
+            return
+        # The gateway keeps the config; the task's first event there claims the task id.
+        await self.gateway.publish(task.id, task)
+        params = config.model_copy(update={"task_id": task.id}).to_json_dict()
+        await self.gateway.call(
+            "CreateTaskPushNotificationConfig", params, owner=owner, version=VERSION_1_0
+        )
+
+    async def _publish(
+        self, task: Task, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+    ) -> None:
+        if self.gateway is not None:
+            await self.gateway.publish(task.id, event)
+        else:
+            await self.notifier.publish(task.id, event, task=task)
+
     # ---- task changes: every one goes through notifier.publish ----------------------------
 
     async def _apply_status(
@@ -479,12 +567,11 @@ class MockAgent:
         if message is not None:
             update["history"] = [*(record.task.history or []), message]
         record.task = record.task.model_copy(update=update)
-        await self.notifier.publish(
-            record.task.id,
+        await self._publish(
+            record.task,
             TaskStatusUpdateEvent(
                 task_id=record.task.id, context_id=record.task.context_id or "", status=status
             ),
-            task=record.task,
         )
         self._changed(record)
 
@@ -514,8 +601,8 @@ class MockAgent:
             else:
                 artifacts[existing] = artifact
             record.task = record.task.model_copy(update={"artifacts": artifacts})
-            await self.notifier.publish(
-                record.task.id,
+            await self._publish(
+                record.task,
                 TaskArtifactUpdateEvent(
                     task_id=record.task.id,
                     context_id=record.task.context_id or "",
@@ -523,7 +610,6 @@ class MockAgent:
                     append=True if append else None,
                     last_chunk=True if last else None,
                 ),
-                task=record.task,
             )
             self._changed(record)
 
@@ -848,6 +934,8 @@ def create_app(
     public_url: str,
     step_delay: float = DEFAULT_STEP_DELAY,
     retry_schedule: Sequence[float] | None = None,
+    gateway_url: str | None = None,
+    gateway_key: str | None = None,
 ) -> web.Application:
     """The mock agent as an aiohttp application (the notifier starts and stops with it).
 
@@ -857,8 +945,13 @@ def create_app(
     is the agent's base URL: the JWT issuer and the card's URLs. ``retry_schedule``:
     seconds before each durable webhook retry (default: the notifier's 5 s, 5 m, …); a
     short one suits demos and tests, and then an unreachable endpoint's breaker also
-    cools down for only its first delay.
+    cools down for only its first delay. ``gateway_url`` / ``gateway_key``: post every
+    event to an a2a-push gateway and let it keep the push configs and send the webhooks,
+    instead of the embedded notifier.
     """
+    if (gateway_url is None) != (gateway_key is None):
+        raise ValueError("gateway mode needs both the gateway URL and the agent's API key")
+    gateway = GatewayLink(gateway_url, gateway_key) if gateway_url and gateway_key else None
     policy = AddressPolicy(list(allow_webhook_hosts))
     tuning: dict[str, Any] = {}
     if retry_schedule is not None:
@@ -875,13 +968,14 @@ def create_app(
         directory = Path(data_dir)
         directory.mkdir(parents=True, exist_ok=True)
     notifier = PushNotifier.open(
-        directory / "push.db",
+        "memory://" if gateway else directory / "push.db",
         issuer=public_url.rstrip("/"),
         data_dir=directory,
         address_policy=policy,
+        run_dispatcher=gateway is None,
         **tuning,
     )
-    agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay)
+    agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay, gateway=gateway)
     card = agent_card(public_url)
 
     async def jsonrpc(request: web.Request) -> web.StreamResponse:
@@ -917,6 +1011,8 @@ def create_app(
             yield
         finally:
             await agent.close()
+            if gateway is not None:
+                await gateway.close()
             await notifier.stop()
             if scratch is not None:
                 scratch.cleanup()
@@ -940,6 +1036,8 @@ def serve(
     public_url: str | None = None,
     step_delay: float = DEFAULT_STEP_DELAY,
     retry_schedule: Sequence[float] | None = None,
+    gateway_url: str | None = None,
+    gateway_key: str | None = None,
 ) -> int:
     """Run the mock agent until interrupted; the exit code."""
     shown_host = f"[{host}]" if ":" in host else host
@@ -950,8 +1048,12 @@ def serve(
         public_url=url,
         step_delay=step_delay,
         retry_schedule=retry_schedule,
+        gateway_url=gateway_url,
+        gateway_key=gateway_key,
     )
     print(f"{AGENT_NAME}: JSON-RPC at {url}/, card at {url}/.well-known/agent-card.json")
+    if gateway_url:
+        print(f"events and push configs go to the gateway at {gateway_url}")
     if not allow_webhook_hosts:
         print(
             "note: webhooks to private or loopback addresses are refused; pass "
@@ -999,6 +1101,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"pause between task steps (default: {DEFAULT_STEP_DELAY})",
     )
     parser.add_argument(
+        "--gateway",
+        metavar="URL",
+        dest="gateway_url",
+        help="post events to this a2a-push gateway instead of the embedded notifier "
+        "(the gateway keeps the push configs and sends the webhooks)",
+    )
+    parser.add_argument(
+        "--gateway-key",
+        metavar="KEY",
+        default=os.environ.get("A2A_PUSH_GATEWAY_KEY"),
+        help="the agent's API key at the gateway (default: $A2A_PUSH_GATEWAY_KEY)",
+    )
+    parser.add_argument(
         "--retry-schedule",
         type=_delays,
         metavar="SECONDS,...",
@@ -1029,8 +1144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             public_url=args.public_url,
             step_delay=args.step_delay,
             retry_schedule=args.retry_schedule,
+            gateway_url=args.gateway_url,
+            gateway_key=args.gateway_key,
         )
-    except ValueError as exc:  # a bad --allow-webhook-host entry
+    except ValueError as exc:  # a bad --allow-webhook-host entry, or --gateway without a key
         print(f"mock-agent: error: {exc}", file=sys.stderr)
         return 2
 

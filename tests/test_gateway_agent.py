@@ -1,0 +1,94 @@
+"""The mock agent in gateway mode: its events and push configs go to a gateway, which
+signs and sends the webhooks (the agent runs no notifier of its own)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from a2a_push.signing import verify_webhook_jwt
+from a2a_push.testing import WebhookSink
+from examples.mock_agent import create_app as create_agent_app
+
+from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
+
+
+async def test_mock_agent_posts_events_and_configs_through_the_gateway(tmp_path: Path) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
+    ):
+        agent = TestServer(
+            create_agent_app(
+                data_dir=tmp_path / "agent",
+                allow_webhook_hosts=["127.0.0.1"],
+                public_url="http://agent.test",
+                step_delay=0.02,
+                gateway_url=gateway_url,
+                gateway_key=AGENT_KEY,
+            ),
+            host="127.0.0.1",
+        )
+        await agent.start_server()
+        try:
+            async with aiohttp.ClientSession() as session:
+                message = {
+                    "messageId": str(uuid.uuid4()),
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "roll 2d6"}],
+                }
+                params = {
+                    "message": message,
+                    "configuration": {
+                        "taskPushNotificationConfig": {"url": sink.url(), "token": "tok-1"}
+                    },
+                }
+                headers = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
+                async with session.post(
+                    agent.make_url("/"),
+                    json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params},
+                    headers=headers,
+                ) as resp:
+                    answer = await resp.json()
+                    assert "result" in answer, answer
+                    task = answer["result"]["task"]
+                assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+                # The push-config methods on the agent are answered by the gateway.
+                async with session.post(
+                    agent.make_url("/"),
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "ListTaskPushNotificationConfigs",
+                        "params": {"taskId": task["id"]},
+                    },
+                    headers=headers,
+                ) as resp:
+                    configs = (await resp.json())["result"]["configs"]
+                assert [c["url"] for c in configs] == [sink.url()]
+                async with session.get(gateway_url + "/.well-known/jwks.json") as resp:
+                    jwks = await resp.json()
+            await sink.wait_for(4)  # snapshot, working, artifact, completed
+            hooks = sink.on("/hook")
+            bodies = [json.loads(h.body) for h in hooks]
+            assert "task" in bodies[0]
+            assert bodies[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            assert any("artifactUpdate" in b for b in bodies)
+            seqs = [
+                verify_webhook_jwt(
+                    h.header("X-A2A-Signature") or "",
+                    jwks=jwks,
+                    body=h.body,
+                    audience=sink.url(),
+                    issuer=gateway_url,
+                )["seq"]
+                for h in hooks
+            ]
+            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+            assert all(h.header("X-A2A-Notification-Token") == "tok-1" for h in hooks)
+        finally:
+            await agent.close()
