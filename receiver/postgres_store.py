@@ -137,6 +137,8 @@ class PostgresReceiverStore(ReceiverStore):
             asyncpg.PostgresConnectionError,
             asyncpg.CannotConnectNowError,
             asyncpg.AdminShutdownError,
+            asyncpg.CrashShutdownError,
+            asyncpg.TooManyConnectionsError,
         ) as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
 

@@ -17,16 +17,19 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from a2a_push.gateway.client import GatewayClient
 from a2a_push.protocol.types import TaskState
+from a2a_push.store import DeliveryFilter
 from a2a_push.testing import SinkResponse, WebhookSink
 
 from .conftest import postgres_schema, require_postgres
-from .gateway_support import AGENT_KEY, free_port, status
+from .gateway_support import AGENT_KEY, free_port, rpc, status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -332,3 +335,66 @@ async def test_a_rotated_key_is_used_by_both_replicas() -> None:
                 break
             await asyncio.sleep(0.1)
         assert set(kids.values()) == {new.group(1)}, kids
+
+
+async def test_a_database_outage_gets_503_with_retry_after_and_then_recovers() -> None:
+    from a2a_push.gateway.app import GATEWAY, create_app
+
+    from .gateway_support import gateway_settings
+    from .test_store_postgres import TcpProxy, via
+
+    dsn = require_postgres()
+    schema = postgres_schema()
+    await _create_schema(dsn, schema)
+    upstream = urlsplit(dsn)
+    proxy = TcpProxy(upstream.hostname or "127.0.0.1", upstream.port or 5432)
+    await proxy.start()
+    settings = gateway_settings(f"{via(dsn, proxy.port)}?search_path={schema}")
+    server = TestServer(create_app(settings), host="127.0.0.1", port=settings.port)
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/")
+    auth = {"Authorization": f"Bearer {AGENT_KEY}"}
+
+    def event(n: int) -> dict[str, Any]:
+        update = status("t-out", TaskState.WORKING).to_json_dict()
+        update["metadata"] = {"n": n}
+        return {"statusUpdate": update}
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            post = url + "/v1/tasks/t-out/events"
+            config = {"taskId": "t-out", "id": "c", "url": "http://127.0.0.1:9/nobody"}
+            created = await rpc(session, url, "CreateTaskPushNotificationConfig", config)
+            assert "result" in created
+            async with session.post(post, json=event(0), headers=auth) as resp:
+                assert resp.status == 202
+            await proxy.stop()  # the database goes away
+            async with session.post(post, json=event(1), headers=auth) as resp:
+                assert resp.status == 503
+                assert resp.headers["Retry-After"].isdigit()
+                assert (await resp.json())["error"] == "unavailable"
+            async with session.get(url + "/healthz") as resp:
+                assert resp.status == 503
+            await proxy.start()  # and comes back on the same address
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 15
+            while True:
+                async with session.post(post, json=event(2), headers=auth) as resp:
+                    if resp.status == 202:
+                        break
+                    assert resp.status == 503 and loop.time() < deadline
+                await asyncio.sleep(0.1)
+            async with session.get(url + "/healthz") as resp:
+                assert resp.status == 200
+        # Nothing half-written: the event refused with 503 left no trace in the outbox.
+        store = server.app[GATEWAY].notifier.store
+        found = await store.list_deliveries(DeliveryFilter(task_id="t-out"))
+        numbers = [
+            json.loads(d.body)["statusUpdate"]["metadata"]["n"]
+            for d in found
+            if d.kind == "statusUpdate"
+        ]
+        assert numbers == [0, 2]
+    finally:
+        await server.close()
+        await proxy.stop()

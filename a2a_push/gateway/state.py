@@ -301,7 +301,14 @@ class PostgresGatewayState(GatewayState):
         try:
             async with self._pool.acquire() as conn:
                 return await fn(conn)
-        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
+        except (
+            OSError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.CannotConnectNowError,
+            asyncpg.AdminShutdownError,
+            asyncpg.CrashShutdownError,
+            asyncpg.TooManyConnectionsError,
+        ) as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
         except TimeoutError as exc:
             raise StoreUnavailableError("PostgreSQL did not answer in time") from exc
