@@ -232,6 +232,8 @@ async def test_two_replicas_drain_a_shared_backlog_without_duplicates_in_order()
         total, dups = _check_order(sink, tasks, events + 1)  # + the first task snapshot
         assert dups == 0 and total == len(tasks) * (events + 1)
         assert await _delivered_by(a.url) > 0 and await _delivered_by(b.url) > 0
+        a.proc.terminate()  # graceful: stop claiming, finish or release, exit 0
+        assert await asyncio.wait_for(a.proc.wait(), 30) == 0
 
 
 async def test_a_killed_replicas_leased_work_is_finished_by_the_other() -> None:
