@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [b1 b2 b3 b4 b5] [--quick] [--strict]``.
+"""Run the benchmarks: ``python -m benchmarks [b1 b2 b3 b4 b5 b6] [--quick] [--strict]``.
 
 Each benchmark runs in a child process of its own (so B4's RSS is B4's alone), under a
 hard time limit; the child starts its sink process and kills it when done. B4 compares
@@ -25,10 +25,18 @@ from typing import Any
 
 from .common import ROOT, defaults_line, machine_line, revision_line, say, table
 
-NAMES = ("b1", "b2", "b3", "b4", "b5")
+NAMES = ("b1", "b2", "b3", "b4", "b5", "b6")
 
 # Hard limits per child process, in seconds (the benchmarks stop well before these).
-LIMITS = {"b1": 240.0, "b1-quick": 90.0, "b2": 60.0, "b3": 90.0, "b4": 200.0, "b5": 300.0}
+LIMITS = {
+    "b1": 240.0,
+    "b1-quick": 90.0,
+    "b2": 60.0,
+    "b3": 90.0,
+    "b4": 200.0,
+    "b5": 300.0,
+    "b6": 300.0,
+}
 
 DESCRIPTIONS = {
     "b1": "signed + durable deliveries/s vs a2a-sdk and raw aiohttp",
@@ -36,6 +44,7 @@ DESCRIPTIONS = {
     "b3": "healthy endpoint p99 with 20 blackholed endpoints",
     "b4": "100,000 pending deliveries: RSS and drain rate",
     "b5": "receiver: verified notifications/s, GetTask coalescing",
+    "b6": "gateway on PostgreSQL, 1 and 2 workers, beside SQLite",
 }
 
 
@@ -60,6 +69,10 @@ async def _child(name: str, quick: bool, b1_rate: float | None) -> dict[str, Any
         from . import b5_receiver
 
         return await b5_receiver.run()
+    if name == "b6":
+        from . import b6_gateway
+
+        return await b6_gateway.run()
     raise SystemExit(f"unknown benchmark {name!r}")
 
 
