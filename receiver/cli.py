@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="this receiver's URL as agents reach it (default: http://HOST:PORT)",
     )
     parser.add_argument("--log-level", default="INFO", help="default: INFO")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every HTTP request (off by default: one line per webhook adds up)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
         f"(agents: {', '.join(a.key for a in settings.agents)})",
         flush=True,
     )
-    web.run_app(app, host=settings.host, port=settings.port, print=None)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+    )
     return 0
 
 

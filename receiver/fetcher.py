@@ -173,11 +173,30 @@ class TaskFetcher:
         handle = loop.call_later(self._retry_later, again)
         self._timers.add(handle)
 
+    async def _get_task(self, client: AgentClient, task_id: str) -> dict[str, Any]:
+        """GetTask; tenacity (backoff with jitter) only once a first attempt failed."""
+        self.calls += 1
+        try:
+            return await client.get_task(task_id)
+        except AgentCallError as exc:
+            if not exc.retryable or self._attempts < 2:
+                raise
+        await asyncio.sleep(0.2)  # the backoff's first step
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(self._attempts - 1),
+            wait=wait_exponential_jitter(multiplier=0.2, max=self._max_wait),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        ):
+            with attempt:
+                self.calls += 1
+                return await client.get_task(task_id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _fetch_once(self, key: Key, up_to: int) -> bool:
         """One covered fetch (with retries); False when it should be tried again later."""
         agent_url, task_id = key
-        current = await self._store.get_snapshot(agent_url, task_id)
-        if current is not None and current.final:
+        if await self._store.is_final(agent_url, task_id):
             # Terminal tasks are final: nothing a later GetTask says can change them.
             await self._store.mark_fetched(agent_url, task_id, up_to)
             return True
@@ -187,15 +206,7 @@ class TaskFetcher:
             return False
         started = time.perf_counter()
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self._attempts),
-                wait=wait_exponential_jitter(multiplier=0.2, max=self._max_wait),
-                retry=retry_if_exception(_retryable),
-                reraise=True,
-            ):
-                with attempt:
-                    self.calls += 1
-                    task = await client.get_task(task_id)
+            task = await self._get_task(client, task_id)
         except AgentCallError as exc:
             self._metrics.fetches.labels("error").inc()
             if exc.retryable:
@@ -206,8 +217,9 @@ class TaskFetcher:
             return True
         self._metrics.fetch_latency.observe(time.perf_counter() - started)
         self._metrics.fetches.labels("ok").inc()
-        event = await self._store.save_snapshot(snapshot_of(agent_url, task, up_to))
-        await self._store.mark_fetched(agent_url, task_id, up_to)
+        event = await self._store.save_snapshot(
+            snapshot_of(agent_url, task, up_to), fetched_up_to=up_to
+        )
         if event is not None:
             await self._on_snapshot(event)
         return True

@@ -246,13 +246,36 @@ class PostgresReceiverStore(ReceiverStore):
 
     # ---- snapshots and events --------------------------------------------------------
 
-    async def save_snapshot(self, snap: TaskSnapshot) -> TaskEvent | None:
+    async def is_final(self, agent_url: str, task_id: str) -> bool:
+        rows = await self._fetch("task_version", agent_url, task_id)
+        return bool(rows and rows[0]["final"])
+
+    async def save_snapshot(
+        self, snap: TaskSnapshot, *, fetched_up_to: int | None = None
+    ) -> TaskEvent | None:
         data = json.dumps(snap.task, separators=(",", ":"))
 
         async def op(conn: Any) -> TaskEvent | None:
             async with conn.transaction():
+                if fetched_up_to is not None:
+                    await conn.execute(
+                        self._sql["mark_fetched"], snap.agent_url, snap.task_id, fetched_up_to
+                    )
                 row = await conn.fetchrow(self._sql["lock_task"], snap.agent_url, snap.task_id)
-                if row is not None and not supersedes(snap, _snapshot(row)):
+                if row is not None and not supersedes(
+                    snap,
+                    TaskSnapshot(
+                        "",
+                        "",
+                        None,
+                        None,
+                        bool(row["final"]),
+                        row["status_timestamp"],
+                        int(row["generation"]),
+                        {},
+                        0.0,
+                    ),
+                ):
                     return None
                 await conn.execute(
                     self._sql["upsert_task"],

@@ -252,10 +252,20 @@ class SQLiteReceiverStore(ReceiverStore):
 
     # ---- snapshots and events --------------------------------------------------------
 
-    async def save_snapshot(self, snap: TaskSnapshot) -> TaskEvent | None:
+    async def is_final(self, agent_url: str, task_id: str) -> bool:
+        rows = self._all("task_version", (agent_url, task_id))
+        return bool(rows and rows[0]["final"])
+
+    async def save_snapshot(
+        self, snap: TaskSnapshot, *, fetched_up_to: int | None = None
+    ) -> TaskEvent | None:
         def op(conn: sqlite3.Connection) -> TaskEvent | None:
-            row = conn.execute(self._sql["get_task"], (snap.agent_url, snap.task_id)).fetchone()
-            if row is not None and not supersedes(snap, _snapshot(row)):
+            if fetched_up_to is not None:
+                conn.execute(
+                    self._sql["mark_fetched"], (snap.agent_url, snap.task_id, fetched_up_to)
+                )
+            row = conn.execute(self._sql["task_version"], (snap.agent_url, snap.task_id)).fetchone()
+            if row is not None and not supersedes(snap, _version(row)):
                 return None
             data = json.dumps(snap.task, separators=(",", ":"))
             conn.execute(
@@ -331,6 +341,21 @@ def _migrate(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _version(row: sqlite3.Row) -> TaskSnapshot:
+    """Just what ``supersedes`` compares, without decoding the stored task."""
+    return TaskSnapshot(
+        agent_url="",
+        task_id="",
+        context_id=None,
+        state=None,
+        final=bool(row["final"]),
+        status_timestamp=row["status_timestamp"],
+        generation=row["generation"],
+        task={},
+        updated_at=0.0,
+    )
 
 
 def _subscription(row: sqlite3.Row) -> Subscription:

@@ -171,12 +171,19 @@ class ReceiverStore(abc.ABC):
     # ---- snapshots and events --------------------------------------------------------
 
     @abc.abstractmethod
-    async def save_snapshot(self, snapshot: TaskSnapshot) -> TaskEvent | None:
+    async def save_snapshot(
+        self, snapshot: TaskSnapshot, *, fetched_up_to: int | None = None
+    ) -> TaskEvent | None:
         """Store ``snapshot`` unless it would go backwards; log and return its event.
 
         Refused (None) when the stored snapshot is final (a terminal state), has a newer
-        generation, or a later status timestamp.
+        generation, or a later status timestamp. ``fetched_up_to``: in the same
+        transaction, mark the task's notifications up to that id as covered.
         """
+
+    @abc.abstractmethod
+    async def is_final(self, agent_url: str, task_id: str) -> bool:
+        """Whether the stored snapshot is in a terminal state (nothing can change it)."""
 
     @abc.abstractmethod
     async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None: ...

@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
     )
     parser.add_argument("--log-level", default="INFO", help="default: INFO")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every HTTP request (off by default: one line per webhook adds up)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -99,7 +104,13 @@ def run(args: argparse.Namespace) -> int:
         f"JWKS at {settings.base_url}/.well-known/jwks.json",
         flush=True,
     )
-    web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None)
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+    )
     return 0
 
 

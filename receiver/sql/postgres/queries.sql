@@ -55,7 +55,11 @@ DELETE FROM receiver_seen WHERE received_at < $1;
 DELETE FROM receiver_notifications WHERE fetched AND received_at < $1;
 
 -- name: lock_task
-SELECT * FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2 FOR UPDATE;
+SELECT final, status_timestamp, generation FROM receiver_tasks
+WHERE agent_url = $1 AND task_id = $2 FOR UPDATE;
+
+-- name: task_version
+SELECT final FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2;
 
 -- name: get_task
 SELECT * FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2;

@@ -52,6 +52,9 @@ DELETE FROM notifications WHERE fetched = 1 AND received_at < ?;
 -- name: get_task
 SELECT * FROM tasks WHERE agent_url = ? AND task_id = ?;
 
+-- name: task_version
+SELECT final, status_timestamp, generation FROM tasks WHERE agent_url = ? AND task_id = ?;
+
 -- name: upsert_task
 INSERT INTO tasks (agent_url, task_id, context_id, state, final, status_timestamp, generation,
                    snapshot, updated_at)
