@@ -44,7 +44,15 @@ from .protocol.types import (
 from .protocol.v03 import artifact_update_to_v03, status_update_to_v03, task_to_v03
 from .signing import KeySet, WebhookSigner
 from .signing import standard_webhooks as stdwh
-from .store import Delivery, DeliveryFilter, DeliveryState, Store, StoredConfig, open_store
+from .store import (
+    Delivery,
+    DeliveryFilter,
+    DeliveryState,
+    InitialDelivery,
+    Store,
+    StoredConfig,
+    open_store,
+)
 
 log = logging.getLogger("a2a_push.notifier")
 
@@ -287,10 +295,16 @@ class PushNotifier:
         protocol_version: str = VERSION_1_0,
         task: Task | None = None,
     ) -> StoredConfig:
-        """Validate and store a config, then queue a task snapshot as its first webhook.
+        """Validate and store a config, with a task snapshot queued as its first webhook.
+
+        The snapshot is ``task``, else what ``task_provider`` returns (asked before the
+        config is stored); with neither, nothing is queued until the next publish. The
+        config and its snapshot are stored in one transaction, so a concurrent publish of
+        the task is ordered entirely before it (and never reaches this config) or after
+        it (with a higher seq): the config's first webhook is always the snapshot.
 
         Raises ``InvalidConfigError`` (with ``.field``) for a bad URL, an address the SSRF
-        policy refuses, or a task over its config cap.
+        policy refuses, or a task over its config cap; then nothing is stored or queued.
         """
         target_task = task_id or config.task_id
         if not target_task:
@@ -304,6 +318,14 @@ class PushNotifier:
             stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
+        snapshot = task
+        if snapshot is None and self.task_provider is not None:
+            snapshot = await self.task_provider(target_task)
+        initial = (
+            InitialDelivery("task", self._renderer(snapshot, snapshot), new_delivery_id)
+            if snapshot is not None
+            else None
+        )
         auth = config.authentication
         stored = await self.store.put_config(
             StoredConfig(
@@ -318,19 +340,10 @@ class PushNotifier:
                 tenant=config.tenant,
                 protocol_version=protocol_version,
                 created_at=time.time(),
-            )
+            ),
+            initial=initial,
         )
-        snapshot = task
-        if snapshot is None and self.task_provider is not None:
-            snapshot = await self.task_provider(target_task)
-        if snapshot is not None:
-            await self.store.enqueue(
-                target_task,
-                "task",
-                self._renderer(snapshot, snapshot),
-                new_id=new_delivery_id,
-                only_config_key=stored.key,
-            )
+        if initial is not None:
             self.dispatcher.wake()
         return stored
 

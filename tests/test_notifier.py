@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,7 +32,14 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
 )
 from a2a_push.signing import verify_webhook_jwt
-from a2a_push.store import DeliveryFilter, DeliveryState, SQLiteStore, Store, StoreOptions
+from a2a_push.store import (
+    DeliveryFilter,
+    DeliveryState,
+    SQLiteStore,
+    Store,
+    StoredConfig,
+    StoreOptions,
+)
 from a2a_push.testing import SinkResponse, WebhookSink
 
 FAST = RetryPolicy(quick_attempts=3, quick_wait=wait_fixed(0.05), schedule=(0.3, 0.3, 0.3))
@@ -273,6 +281,83 @@ async def test_a_slow_endpoint_does_not_delay_others(
         await n.publish("fast", status("fast", TaskState.WORKING))
         await fast.wait_for(1, timeout=2)
         assert time.monotonic() - started < 1.0
+
+
+def _assert_snapshot_first_and_in_order(sink: WebhookSink, paths: list[str]) -> None:
+    """Every config's first webhook is the task snapshot, and its seq never goes back."""
+    for path in paths:
+        got = sink.on(path)
+        assert got, f"{path}: nothing received"
+        kinds = [next(iter(json.loads(r.body))) for r in got]
+        assert kinds[0] == "task", f"{path}: first webhook was {kinds}, seq {seqs(sink, path)}"
+        assert "task" not in kinds[1:], f"{path}: a snapshot after events: {kinds}"
+        numbers = seqs(sink, path)
+        assert all(a < b for a, b in itertools.pairwise(numbers)), f"{path}: seq {numbers}"
+
+
+class _PublishesRightAfterPut(SQLiteStore):
+    """Lands a publish for the task the moment a config is stored: the window in which
+    the old ``register_config`` (store the config, then queue its snapshot) let one in."""
+
+    notifier: PushNotifier | None = None
+
+    async def put_config(self, config: StoredConfig, **kw: Any) -> StoredConfig:
+        stored = await super().put_config(config, **kw)
+        if self.notifier is not None:
+            event = status(config.task_id, TaskState.WORKING, text="racing")
+            await self.notifier.publish(config.task_id, event)
+        return stored
+
+
+async def test_a_publish_landing_during_registration_never_precedes_the_snapshot(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path
+) -> None:
+    store = _PublishesRightAfterPut(tmp_path / "race.db")
+    n = await make_notifier(store)
+    store.notifier = n
+    for i in range(3):
+        await n.register_config(
+            hook(sink, f"/c{i}"), owner="o", task_id="t1", task=task("t1", TaskState.SUBMITTED)
+        )
+    # c0: snapshot, racing x3; c1: snapshot, racing x2; c2: snapshot, racing.
+    await sink.wait_for(3 + 3 + 2 + 1)
+    _assert_snapshot_first_and_in_order(sink, [f"/c{i}" for i in range(3)])
+    assert seqs(sink, "/c0") == [1, 2, 4, 6]
+    assert seqs(sink, "/c2") == [5, 6]
+
+
+async def test_registering_under_concurrent_publishes_keeps_the_snapshot_first(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path
+) -> None:
+    """Found under load: with publishes for a task streaming in while configs register
+    for it, a config got an event first and the (older) snapshot after it, seq going up
+    but the content going back. Group commit puts the racing ops in one batch."""
+    n = await make_notifier(
+        SQLiteStore(tmp_path / "load.db", StoreOptions(max_configs_per_task=32))
+    )
+    configs = [f"/c{i}" for i in range(24)]
+    registered = asyncio.Event()
+    results: list[int] = []
+
+    async def register(path: str) -> None:
+        await n.register_config(
+            hook(sink, path), owner="o", task_id="t1", task=task("t1", TaskState.SUBMITTED)
+        )
+
+    async def publish_until_registered() -> None:
+        i = 0
+        while not registered.is_set() or i < 5:
+            result = await n.publish("t1", status("t1", TaskState.WORKING, text=str(i)))
+            results.append(len(result.delivery_ids))
+            i += 1
+
+    async def register_all() -> None:
+        await asyncio.gather(*(register(p) for p in configs))
+        registered.set()
+
+    await asyncio.gather(register_all(), *(publish_until_registered() for _ in range(4)))
+    await sink.wait_for(len(configs) + sum(results), timeout=30)
+    _assert_snapshot_first_and_in_order(sink, configs)
 
 
 # ---- retries and failures ---------------------------------------------------------------------

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from a2a_push.errors import InvalidConfigError, TooManyConfigsError
-from a2a_push.store import DeliveryFilter, DeliveryState, Outcome, Store, StoreOptions
+from a2a_push.store import (
+    DeliveryFilter,
+    DeliveryState,
+    InitialDelivery,
+    Outcome,
+    Store,
+    StoredConfig,
+    StoreOptions,
+)
 
 from .conftest import BACKENDS, config, ids, make_store
 
@@ -118,6 +127,106 @@ async def test_enqueue_skips_disabled_configs_and_targets_one_config(store: Stor
     await store.set_config_enabled(a.key, False, "test")
     _, after = await enqueue(store)
     assert len(after) == 1
+
+
+# ---- registering a config with its first delivery -------------------------------------
+
+
+def snapshot_of(version: str) -> bytes:
+    return f'{{"snapshot":"{version}"}}'.encode()
+
+
+def initial(now: float | None = NOW) -> InitialDelivery:
+    return InitialDelivery("task", snapshot_of, ids(), now=now)
+
+
+async def lane_of(store: Store, config_key: str) -> list[tuple[int, str, bytes]]:
+    """(seq, kind, body) of the config's deliveries, in seq order."""
+    found = await store.list_deliveries(DeliveryFilter(config_key=config_key, limit=1000))
+    return sorted((d.seq, d.kind, d.body) for d in found)
+
+
+async def test_put_config_queues_its_initial_delivery_for_it_alone(store: Store) -> None:
+    a = await store.put_config(config(id="a"))
+    seq, published = await enqueue(store)
+    assert seq == 1 and len(published) == 1  # a only
+    b = await store.put_config(config(id="b", owner="bob", version="0.3"), initial=initial())
+    seq, _ = await enqueue(store)
+    assert seq == 3  # the snapshot took seq 2
+    assert await lane_of(store, b.key) == [
+        (2, "task", b'{"snapshot":"0.3"}'),
+        (3, "statusUpdate", b'{"v":"0.3"}'),
+    ]
+    assert [(s, kind) for s, kind, _ in await lane_of(store, a.key)] == [
+        (1, "statusUpdate"),
+        (3, "statusUpdate"),
+    ]
+    # b's lane starts with its snapshot; a's lane is not held up by it.
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert sorted((d.config_key == b.key, d.seq, d.kind) for d in claimed) == [
+        (False, 1, "statusUpdate"),
+        (True, 2, "task"),
+    ]
+    assert (await store.get_config("task-1", "b", "bob")) == b
+
+
+async def test_put_config_replacing_queues_the_initial_delivery_in_the_same_lane(
+    store: Store,
+) -> None:
+    first = await store.put_config(config(id="a"), initial=initial())
+    await enqueue(store)
+    second = await store.put_config(config(id="a", url="http://127.0.0.1:9/two"), initial=initial())
+    assert second.key == first.key
+    assert [(s, kind) for s, kind, _ in await lane_of(store, first.key)] == [
+        (1, "task"),
+        (2, "statusUpdate"),
+        (3, "task"),
+    ]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_put_config_over_the_cap_queues_nothing(kind: str, tmp_path: Path) -> None:
+    async with make_store(kind, tmp_path, StoreOptions(max_configs_per_task=1)) as s:
+        await s.put_config(config("t", id="a"), initial=initial())
+        with pytest.raises(TooManyConfigsError):
+            await s.put_config(config("t", id="b"), initial=initial())
+        assert (await s.stats(now=NOW)).pending == 1
+        seq, published = await s.enqueue("t", "statusUpdate", body_for, new_id=ids(), now=NOW)
+        assert seq == 2 and len(published) == 1  # the refused config used no seq
+        found = await s.list_deliveries(DeliveryFilter(task_id="t"))
+        assert sorted(d.seq for d in found) == [1, 2]
+
+
+async def test_a_disabled_config_gets_no_initial_delivery(store: Store) -> None:
+    c = await store.put_config(config(id="a", enabled=False), initial=initial())
+    assert await lane_of(store, c.key) == []
+    assert await enqueue(store) == (0, [])
+
+
+async def test_put_config_with_initial_is_atomic_with_concurrent_enqueues(store: Store) -> None:
+    """Publishes racing registrations: each config's lane starts with its snapshot,
+    and no event reaches a config ahead of it (the bug: an event slipped in between
+    storing the config and queueing the snapshot, which then came after it)."""
+    configs = [config(id=f"c{i}") for i in range(8)]
+
+    async def publishes() -> None:
+        for _ in range(12):
+            await enqueue(store)
+            await asyncio.sleep(0)
+
+    stored = await asyncio.gather(
+        *(store.put_config(c, initial=initial()) for c in configs),
+        publishes(),
+        publishes(),
+    )
+    seqs_seen: set[int] = set()
+    for c in stored[: len(configs)]:
+        assert isinstance(c, StoredConfig)
+        lane = await lane_of(store, c.key)
+        kinds = [kind for _, kind, _ in lane]
+        assert kinds[0] == "task" and "task" not in kinds[1:], kinds
+        seqs_seen.add(lane[0][0])
+    assert len(seqs_seen) == len(configs)  # each snapshot took a seq of its own
 
 
 # ---- claims, order, leases ------------------------------------------------------------

@@ -23,6 +23,7 @@ from a2a_push.store import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    InitialDelivery,
     Outcome,
     Store,
     StoreOptions,
@@ -205,6 +206,35 @@ async def test_config_cap_holds_across_processes(open_stores: OpenStores) -> Non
     assert all(isinstance(r, TooManyConfigsError) for r in results if isinstance(r, Exception))
     page, _ = await a.list_configs("t", "alice")
     assert len(page) == 3
+
+
+async def test_initial_delivery_is_atomic_with_publishes_from_another_process(
+    open_stores: OpenStores,
+) -> None:
+    """Configs registered (with their snapshot) in one process while another publishes
+    for the task: every config's lane starts with its snapshot."""
+    registrar, publisher = await open_stores(2, StoreOptions(max_configs_per_task=20))
+
+    async def publishes() -> None:
+        for _ in range(15):
+            await publisher.enqueue("t", "statusUpdate", lambda v: b"{}", new_id=ids(), now=NOW)
+
+    results = await asyncio.gather(
+        *(
+            registrar.put_config(
+                config("t", id=f"c{i}"),
+                initial=InitialDelivery("task", lambda v: b"{}", ids(), now=NOW),
+            )
+            for i in range(12)
+        ),
+        publishes(),
+        publishes(),
+    )
+    for stored in results[:12]:
+        assert stored is not None
+        lane = await publisher.list_deliveries(DeliveryFilter(config_key=stored.key, limit=100))
+        kinds = [d.kind for d in sorted(lane, key=lambda d: d.seq)]
+        assert kinds[0] == "task" and "task" not in kinds[1:], kinds
 
 
 # ---- wake-ups ---------------------------------------------------------------------------

@@ -121,6 +121,22 @@ class DeliveryFilter:
     after_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class InitialDelivery:
+    """The first webhook of a config being stored (a task snapshot), queued by
+    ``put_config`` in the transaction that stores the config.
+
+    It takes the task's next sequence number as the config becomes visible to
+    publishes, so every event fanned out to the config comes after it: a publish that
+    commits first cannot reach the config, one that commits later has a higher seq.
+    """
+
+    kind: str
+    render: Renderer
+    new_id: Callable[[], str]
+    now: float | None = None
+
+
 @dataclass(slots=True)
 class StoreOptions:
     max_configs_per_task: int = DEFAULT_MAX_CONFIGS_PER_TASK
@@ -134,10 +150,18 @@ class ConfigStore(abc.ABC):
     """Push notification configs, scoped by owner, capped per task."""
 
     @abc.abstractmethod
-    async def put_config(self, config: StoredConfig) -> StoredConfig:
+    async def put_config(
+        self, config: StoredConfig, *, initial: InitialDelivery | None = None
+    ) -> StoredConfig:
         """Create, or replace the config with the same (task, owner, id).
 
-        Raises ``TooManyConfigsError`` when a new config would exceed the per-task cap.
+        ``initial``: also queue this delivery for the stored config (and no other) with
+        the task's next sequence number, atomically with storing it: no publish of the
+        task is ordered between the two, in this process or any other. Nothing is
+        queued for a config stored disabled.
+
+        Raises ``TooManyConfigsError`` when a new config would exceed the per-task cap
+        (and then queues nothing).
         """
 
     @abc.abstractmethod

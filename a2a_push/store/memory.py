@@ -12,6 +12,7 @@ from .base import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    InitialDelivery,
     OutboxStats,
     Outcome,
     Renderer,
@@ -46,7 +47,13 @@ class MemoryStore(Store):
 
     # ---- configs -------------------------------------------------------------------
 
-    async def put_config(self, config: StoredConfig) -> StoredConfig:
+    async def put_config(
+        self, config: StoredConfig, *, initial: InitialDelivery | None = None
+    ) -> StoredConfig:
+        # No await from here to the end: nothing else runs in between, so a publish is
+        # ordered entirely before or after storing the config and queueing ``initial``.
+        # Rendered first, so a failing renderer leaves nothing half done.
+        body = initial.render(config.protocol_version) if initial is not None else b""
         index = (config.task_id, config.owner, config.id)
         existing_key = self._config_index.get(index)
         if existing_key is None:
@@ -59,6 +66,15 @@ class MemoryStore(Store):
             stored = replace(config, key=existing_key, created_at=old.created_at)
         self._configs[stored.key] = stored
         self._config_index[index] = stored.key
+        if initial is not None:
+            self._enqueue(
+                stored.task_id,
+                initial.kind,
+                lambda _version: body,
+                new_id=initial.new_id,
+                only_config_key=stored.key,
+                now=initial.now,
+            )
         return stored
 
     async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
@@ -125,6 +141,20 @@ class MemoryStore(Store):
         new_id: Callable[[], str],
         only_config_key: str | None = None,
         now: float | None = None,
+    ) -> tuple[int, list[str]]:
+        return self._enqueue(
+            task_id, kind, render, new_id=new_id, only_config_key=only_config_key, now=now
+        )
+
+    def _enqueue(
+        self,
+        task_id: str,
+        kind: str,
+        render: Renderer,
+        *,
+        new_id: Callable[[], str],
+        only_config_key: str | None,
+        now: float | None,
     ) -> tuple[int, list[str]]:
         now = time.time() if now is None else now
         targets = [

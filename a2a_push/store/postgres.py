@@ -51,6 +51,7 @@ from .base import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    InitialDelivery,
     OutboxStats,
     Outcome,
     Renderer,
@@ -403,13 +404,16 @@ class PostgresStore(Store):
 
     # ---- configs ---------------------------------------------------------------------
 
-    async def put_config(self, config: StoredConfig) -> StoredConfig:
+    async def put_config(
+        self, config: StoredConfig, *, initial: InitialDelivery | None = None
+    ) -> StoredConfig:
         sealed = self._box.seal(config.token, config.auth_credentials)
         cap = self.options.max_configs_per_task
         endpoint = endpoint_of(config.url)
         async with self._transaction() as conn:
             # Held until commit: a concurrent put for the same task (another process)
-            # counts after this one's insert, so the cap holds.
+            # counts after this one's insert, so the cap holds; and a publish of the task
+            # waits for it, so it is ordered entirely before or after ``initial``.
             await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [config.task_id])
             found = await conn.fetchrow(
                 _Q["find_config_key"], config.task_id, config.owner, config.id
@@ -418,6 +422,7 @@ class PostgresStore(Store):
                 count = await conn.fetchval(_Q["count_task_configs"], config.task_id)
                 if count >= cap:
                     raise TooManyConfigsError(config.task_id, cap)
+                stored = config
                 await conn.execute(
                     _Q["insert_config"],
                     config.key,
@@ -435,22 +440,38 @@ class PostgresStore(Store):
                     config.failing_since,
                     config.created_at,
                 )
-                return config
-            key = found["key"]
-            await conn.execute(
-                _Q["replace_config"],
-                key,
-                config.tenant,
-                config.url,
-                endpoint,
-                config.auth_scheme,
-                sealed,
-                config.protocol_version,
-                config.enabled,
-                config.disabled_reason,
-            )
-            await conn.execute(_Q["set_lanes_endpoint"], endpoint, key)
-            return config.with_changes(key=key, created_at=found["created_at"], failing_since=None)
+            else:
+                key = found["key"]
+                await conn.execute(
+                    _Q["replace_config"],
+                    key,
+                    config.tenant,
+                    config.url,
+                    endpoint,
+                    config.auth_scheme,
+                    sealed,
+                    config.protocol_version,
+                    config.enabled,
+                    config.disabled_reason,
+                )
+                await conn.execute(_Q["set_lanes_endpoint"], endpoint, key)
+                stored = config.with_changes(
+                    key=key, created_at=found["created_at"], failing_since=None
+                )
+            if initial is not None:
+                at = time.time() if initial.now is None else initial.now
+                _, ids = await _enqueue_locked(
+                    conn,
+                    stored.task_id,
+                    initial.kind,
+                    initial.render,
+                    initial.new_id,
+                    only_config_key=stored.key,
+                    at=at,
+                )
+                if ids:
+                    await self._notify(conn)
+            return stored
 
     async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
         async with self._connection() as conn:
@@ -533,27 +554,11 @@ class PostgresStore(Store):
             # Publishes of one task take turns (across processes): seq follows commit
             # order, so a lane's FIFO by seq is the order events were accepted in.
             await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
-            targets = [
-                (row["key"], row["protocol_version"], row["endpoint"])
-                for row in await conn.fetch(_Q["enqueue_targets"], task_id)
-                if only_config_key is None or row["key"] == only_config_key
-            ]
-            if not targets:
-                return 0, []
-            seq: int = await conn.fetchval(_Q["next_task_seq"], task_id)
-            bodies: dict[str, bytes] = {}
-            rows, lanes, ids = [], [], []
-            for key, version, endpoint in targets:
-                body = bodies.get(version)
-                if body is None:
-                    body = bodies[version] = render(version)
-                delivery_id = new_id()
-                ids.append(delivery_id)
-                rows.append((delivery_id, key, task_id, seq, kind, body, at))
-                lanes.append((key, task_id, delivery_id, at, endpoint))
-            await conn.executemany(_Q["insert_delivery"], rows)
-            await conn.executemany(_Q["open_lane"], lanes)
-            await self._notify(conn)
+            seq, ids = await _enqueue_locked(
+                conn, task_id, kind, render, new_id, only_config_key=only_config_key, at=at
+            )
+            if ids:
+                await self._notify(conn)
         return seq, ids
 
     async def claim_due(
@@ -704,6 +709,40 @@ class PostgresStore(Store):
 
 
 # ---- helpers run inside a transaction holding the task's lock ------------------------
+
+
+async def _enqueue_locked(
+    conn: Any,
+    task_id: str,
+    kind: str,
+    render: Renderer,
+    new_id: Callable[[], str],
+    *,
+    only_config_key: str | None,
+    at: float,
+) -> tuple[int, list[str]]:
+    """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
+    targets = [
+        (row["key"], row["protocol_version"], row["endpoint"])
+        for row in await conn.fetch(_Q["enqueue_targets"], task_id)
+        if only_config_key is None or row["key"] == only_config_key
+    ]
+    if not targets:
+        return 0, []
+    seq: int = await conn.fetchval(_Q["next_task_seq"], task_id)
+    bodies: dict[str, bytes] = {}
+    rows, lanes, ids = [], [], []
+    for key, version, endpoint in targets:
+        body = bodies.get(version)
+        if body is None:
+            body = bodies[version] = render(version)
+        delivery_id = new_id()
+        ids.append(delivery_id)
+        rows.append((delivery_id, key, task_id, seq, kind, body, at))
+        lanes.append((key, task_id, delivery_id, at, endpoint))
+    await conn.executemany(_Q["insert_delivery"], rows)
+    await conn.executemany(_Q["open_lane"], lanes)
+    return seq, ids
 
 
 async def _apply_outcome(

@@ -31,6 +31,7 @@ from .base import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    InitialDelivery,
     OutboxStats,
     Outcome,
     Renderer,
@@ -338,7 +339,9 @@ class SQLiteStore(Store):
 
     # ---- configs ---------------------------------------------------------------------
 
-    async def put_config(self, config: StoredConfig) -> StoredConfig:
+    async def put_config(
+        self, config: StoredConfig, *, initial: InitialDelivery | None = None
+    ) -> StoredConfig:
         sealed = self._box.seal(config.token, config.auth_credentials)
         cap = self.options.max_configs_per_task
 
@@ -352,13 +355,26 @@ class SQLiteStore(Store):
                 if count >= cap:
                     raise TooManyConfigsError(config.task_id, cap)
                 conn.execute(_Q["insert_config"], values)
-                return config
-            values["key"] = found["key"]
-            conn.execute(_Q["replace_config"], values)
-            conn.execute(_Q["set_lanes_endpoint"], (values["endpoint"], found["key"]))
-            return config.with_changes(
-                key=found["key"], created_at=found["created_at"], failing_since=None
-            )
+                stored = config
+            else:
+                values["key"] = found["key"]
+                conn.execute(_Q["replace_config"], values)
+                conn.execute(_Q["set_lanes_endpoint"], (values["endpoint"], found["key"]))
+                stored = config.with_changes(
+                    key=found["key"], created_at=found["created_at"], failing_since=None
+                )
+            if initial is not None:
+                # In the same op, so in the same transaction: no publish between the two.
+                _enqueue(
+                    conn,
+                    stored.task_id,
+                    initial.kind,
+                    initial.render,
+                    initial.new_id,
+                    only_config_key=stored.key,
+                    now=initial.now,
+                )
+            return stored
 
         return await self._write(op)
 
@@ -435,28 +451,9 @@ class SQLiteStore(Store):
         now: float | None = None,
     ) -> tuple[int, list[str]]:
         def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
-            at = time.time() if now is None else now
-            targets = [
-                (row["key"], row["protocol_version"], row["endpoint"])
-                for row in conn.execute(_Q["enqueue_targets"], (task_id,))
-                if only_config_key is None or row["key"] == only_config_key
-            ]
-            if not targets:
-                return 0, []
-            (seq,) = conn.execute(_Q["next_task_seq"], (task_id,)).fetchone()
-            bodies: dict[str, bytes] = {}
-            rows, lanes, ids = [], [], []
-            for key, version, endpoint in targets:
-                body = bodies.get(version)
-                if body is None:
-                    body = bodies[version] = render(version)
-                delivery_id = new_id()
-                ids.append(delivery_id)
-                rows.append((delivery_id, key, task_id, seq, kind, body, at, at, at))
-                lanes.append((key, task_id, delivery_id, at, endpoint))
-            conn.executemany(_Q["insert_delivery"], rows)
-            conn.executemany(_Q["open_lane"], lanes)
-            return seq, ids
+            return _enqueue(
+                conn, task_id, kind, render, new_id, only_config_key=only_config_key, now=now
+            )
 
         return await self._write(op)
 
@@ -603,6 +600,41 @@ class SQLiteStore(Store):
 
 
 # ---- helpers run on the writer thread ---------------------------------------------------
+
+
+def _enqueue(
+    conn: sqlite3.Connection,
+    task_id: str,
+    kind: str,
+    render: Renderer,
+    new_id: Callable[[], str],
+    *,
+    only_config_key: str | None,
+    now: float | None,
+) -> tuple[int, list[str]]:
+    """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
+    at = time.time() if now is None else now
+    targets = [
+        (row["key"], row["protocol_version"], row["endpoint"])
+        for row in conn.execute(_Q["enqueue_targets"], (task_id,))
+        if only_config_key is None or row["key"] == only_config_key
+    ]
+    if not targets:
+        return 0, []
+    (seq,) = conn.execute(_Q["next_task_seq"], (task_id,)).fetchone()
+    bodies: dict[str, bytes] = {}
+    rows, lanes, ids = [], [], []
+    for key, version, endpoint in targets:
+        body = bodies.get(version)
+        if body is None:
+            body = bodies[version] = render(version)
+        delivery_id = new_id()
+        ids.append(delivery_id)
+        rows.append((delivery_id, key, task_id, seq, kind, body, at, at, at))
+        lanes.append((key, task_id, delivery_id, at, endpoint))
+    conn.executemany(_Q["insert_delivery"], rows)
+    conn.executemany(_Q["open_lane"], lanes)
+    return seq, ids
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
