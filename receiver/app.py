@@ -26,6 +26,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
+from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 
 from .agent_client import AgentCallError, AgentClient
@@ -105,8 +106,22 @@ class _RateLimiter:
         return True
 
 
-def _body_task(body: bytes) -> tuple[str, str]:
-    """(kind, task id) of a webhook body: a StreamResponse or a bare v0.3 Task."""
+_URGENT_STATES: Final = frozenset(
+    name
+    for state in TaskState
+    if state.is_terminal or state.is_interrupted
+    for name in (state.value, state.value.removeprefix("TASK_STATE_").lower().replace("_", "-"))
+)
+
+
+def _is_urgent(payload: Mapping[str, Any]) -> bool:
+    """Whether the event ends the task or waits for the user: fetch it without delay."""
+    status = payload.get("status")
+    return isinstance(status, dict) and status.get("state") in _URGENT_STATES
+
+
+def _body_task(body: bytes) -> tuple[str, str, bool]:
+    """(kind, task id, urgent) of a webhook body: a StreamResponse or a bare v0.3 Task."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -132,7 +147,7 @@ def _body_task(body: bytes) -> tuple[str, str]:
     # Printable: the id is a storage key, and lone surrogates cannot even be encoded.
     if not isinstance(task_id, str) or not 0 < len(task_id) <= 256 or not task_id.isprintable():
         raise WebhookRejected(400, "malformed", "the payload names no valid task id")
-    return kind, task_id
+    return kind, task_id, _is_urgent(payload)
 
 
 class Receiver:
@@ -203,6 +218,7 @@ class Receiver:
             concurrency=self.settings.fetch_concurrency,
             attempts=self.settings.fetch_attempts,
             coalesce=self.settings.fetch_coalesce_seconds,
+            min_interval=self.settings.fetch_min_interval_seconds,
         )
         await self.fetcher.start()
         self._maintenance = asyncio.create_task(self._maintain(), name="receiver-maintenance")
@@ -342,7 +358,7 @@ class Receiver:
         if not self._limiter.allow(candidates[0].key):
             raise WebhookRejected(429, "rate_limited", "too many webhooks; retry later")
         agent, verified = await self._verify(candidates, sub, headers, body)
-        kind, task_id = _body_task(body)
+        kind, task_id, urgent = _body_task(body)
         if await self.store.seen(agent.key, verified.dedup_key):
             return 200, {"status": "duplicate"}
         sub = await self._subscription_for(agent, verified, task_id, sub)
@@ -368,7 +384,7 @@ class Receiver:
         if notification_id is None:
             return 200, {"status": "duplicate"}
         assert self.fetcher is not None
-        self.fetcher.want(agent.key, task_id, notification_id)
+        self.fetcher.want(agent.key, task_id, notification_id, urgent=urgent)
         return 200, {"status": "accepted"}
 
     async def _identify(
@@ -506,7 +522,7 @@ class Receiver:
                 raise ClientError(404, "task_not_found", str(exc)) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
         assert self.fetcher is not None
-        self.fetcher.want(agent.key, task_id, 0)  # the current state, without waiting
+        self.fetcher.want(agent.key, task_id, 0, urgent=True)  # the current state, now
         return sub, True
 
     async def own_subscription(self, client_id: str, subscription_id: str) -> Subscription:

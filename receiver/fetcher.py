@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -25,6 +26,8 @@ from .store import ReceiverStore, TaskEvent, TaskSnapshot
 log = logging.getLogger(__name__)
 
 DEFAULT_COALESCE_SECONDS: Final = 0.02
+DEFAULT_MIN_INTERVAL_SECONDS: Final = 1.0
+_LAST_FETCHES_KEPT: Final = 100_000
 DEFAULT_RETRY_LATER_SECONDS: Final = 30.0
 
 Key = tuple[str, str]  # (agent key, task id)
@@ -84,6 +87,7 @@ class TaskFetcher:
         concurrency: int = 32,
         attempts: int = 5,
         coalesce: float = DEFAULT_COALESCE_SECONDS,
+        min_interval: float = DEFAULT_MIN_INTERVAL_SECONDS,
         retry_later: float = DEFAULT_RETRY_LATER_SECONDS,
         max_wait: float = 10.0,
     ) -> None:
@@ -94,6 +98,10 @@ class TaskFetcher:
         self._slots = asyncio.Semaphore(concurrency)
         self._attempts = attempts
         self._coalesce = coalesce
+        self._min_interval = min_interval
+        # When each task was last fetched (monotonic), for the minimum interval; bounded.
+        self._last: OrderedDict[Key, float] = OrderedDict()
+        self._urgent: dict[Key, asyncio.Event] = {}
         self._retry_later = retry_later
         self._max_wait = max_wait
         self._wanted: dict[Key, int] = {}
@@ -122,12 +130,16 @@ class TaskFetcher:
     def busy(self) -> int:
         return len(self._running)
 
-    def want(self, agent_url: str, task_id: str, up_to: int) -> None:
+    def want(self, agent_url: str, task_id: str, up_to: int, *, urgent: bool = False) -> None:
+        """Ask for a snapshot covering notifications up to ``up_to``; ``urgent`` skips the
+        per-task minimum interval (a terminal or input-required state, a new subscription)."""
         if self._closed:
             return
         key = (agent_url, task_id)
         if up_to > self._wanted.get(key, -1):
             self._wanted[key] = up_to
+        if urgent:
+            self._urgent.setdefault(key, asyncio.Event()).set()
         if key not in self._running:
             self._running[key] = asyncio.create_task(self._run(key), name=f"fetch {task_id}")
 
@@ -144,9 +156,14 @@ class TaskFetcher:
             await asyncio.sleep(self._coalesce)
             done = -1
             while not self._closed and self._wanted.get(key, -1) > done:
+                await self._respect_interval(key)
                 up_to = self._wanted[key]
                 async with self._slots:
                     ok = await self._fetch_once(key, up_to)
+                self._last[key] = time.monotonic()
+                self._last.move_to_end(key)
+                if len(self._last) > _LAST_FETCHES_KEPT:
+                    self._last.popitem(last=False)
                 if not ok:
                     self._later(key, up_to)
                     return
@@ -159,6 +176,21 @@ class TaskFetcher:
             self._later(key, self._wanted.get(key, 0))
         finally:
             self._running.pop(key, None)
+            self._urgent.pop(key, None)
+
+    async def _respect_interval(self, key: Key) -> None:
+        """Wait out the task's minimum interval since its last fetch, unless urgent."""
+        urgent = self._urgent.get(key)
+        if urgent is not None and urgent.is_set():
+            urgent.clear()
+            return
+        wait = self._last.get(key, float("-inf")) + self._min_interval - time.monotonic()
+        if wait <= 0:
+            return
+        urgent = self._urgent.setdefault(key, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(urgent.wait(), wait)
+        urgent.clear()
 
     def _later(self, key: Key, up_to: int) -> None:
         self._wanted.pop(key, None)

@@ -146,6 +146,12 @@ class ReceiverSettings(_Model):
     fetch_concurrency: int = Field(default=32, ge=1)
     fetch_timeout: float = Field(default=15.0, gt=0)
     fetch_attempts: int = Field(default=5, ge=1)
+    fetch_min_interval_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="at most one GetTask per task per interval while its notifications keep "
+        "coming; a terminal or input-required notification is fetched at once",
+    )
     fetch_coalesce_seconds: float = Field(
         default=0.02, ge=0, description="how long notifications for a task gather before a fetch"
     )

@@ -179,6 +179,7 @@ class _Agent:
     def __init__(self) -> None:
         self.down = True
         self.calls = 0
+        self.state = "TASK_STATE_COMPLETED"
 
     async def handle(self, request: web.Request) -> web.Response:
         self.calls += 1
@@ -188,7 +189,7 @@ class _Agent:
         task = {
             "id": rpc["params"]["id"],
             "contextId": "ctx",
-            "status": {"state": "TASK_STATE_COMPLETED"},
+            "status": {"state": self.state},
         }
         return web.json_response({"jsonrpc": "2.0", "id": rpc["id"], "result": task})
 
@@ -255,4 +256,80 @@ async def test_accepted_notifications_are_fetched_after_a_restart(tmp_path: Path
             finally:
                 await second.close()
     finally:
+        await agent_server.close()
+
+
+async def test_fetches_are_spaced_per_task_but_a_final_state_is_fetched_at_once(
+    tmp_path: Path,
+) -> None:
+    agent = _Agent()
+    agent.down = False
+    agent.state = "TASK_STATE_WORKING"
+    app = web.Application()
+    app.router.add_post("/", agent.handle)
+    agent_server = TestServer(app, host="127.0.0.1")
+    await agent_server.start_server()
+    agent_url = str(agent_server.make_url("/"))
+    settings = ReceiverSettings.model_validate(
+        {
+            "port": 0,
+            "data_dir": tmp_path,
+            "agents": [{"url": agent_url, "auth": ["token"]}],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+            "fetch_coalesce_seconds": 0,
+            "fetch_min_interval_seconds": 30,
+        }
+    )
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        core = server.app[RECEIVER]
+        await core.store.add_subscription(
+            Subscription(
+                "sub_1",
+                "alice",
+                agent_url.rstrip("/"),
+                "t1",
+                token_digest("secret-token"),
+                SubscriptionState.ACTIVE,
+                time.time(),
+            )
+        )
+        headers = {"X-A2A-Notification-Token": "secret-token"}
+
+        def update(state: str, n: int) -> dict[str, Any]:
+            return {
+                "statusUpdate": {
+                    "taskId": "t1",
+                    "contextId": "ctx",
+                    "status": {"state": state},
+                    "metadata": {"n": n},
+                }
+            }
+
+        async with aiohttp.ClientSession() as session:
+            for n in range(5):
+                async with session.post(
+                    server.make_url("/webhooks/a2a"),
+                    json=update("TASK_STATE_WORKING", n),
+                    headers=headers,
+                ) as resp:
+                    assert resp.status == 200
+                await asyncio.sleep(0.05)
+            assert agent.calls == 1  # the first fetched at once; the rest wait 30 s
+            agent.state = "TASK_STATE_COMPLETED"
+            async with session.post(
+                server.make_url("/webhooks/a2a"),
+                json=update("TASK_STATE_COMPLETED", 9),
+                headers=headers,
+            ) as resp:
+                assert resp.status == 200
+            assert core.fetcher is not None
+            await core.fetcher.idle(5)
+        assert agent.calls == 2  # the final state skipped the wait and covered the rest
+        assert await core.store.pending_fetches() == []
+        snap = await core.store.get_snapshot(agent_url.rstrip("/"), "t1")
+        assert snap is not None and snap.final
+    finally:
+        await server.close()
         await agent_server.close()
