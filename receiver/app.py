@@ -178,6 +178,7 @@ class Receiver:
         self._maintenance: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self.streams = 0  # open /events streams
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -222,6 +223,9 @@ class Receiver:
         )
         await self.fetcher.start()
         self._maintenance = asyncio.create_task(self._maintain(), name="receiver-maintenance")
+        if isinstance(self.store, SQLiteReceiverStore):
+            # Other worker processes on the same file store snapshots too: notice them.
+            self._spawn(self._watch_other_writers())
 
     async def stop(self) -> None:
         self._closing = True
@@ -281,6 +285,21 @@ class Receiver:
                 if isinstance(uri, str) and uri.startswith(("http://", "https://")):
                     jwks.url = uri
                     return
+
+    async def _watch_other_writers(self) -> None:
+        seen = await self.store.latest_event_id()
+        while True:
+            await asyncio.sleep(0.5)
+            if self.streams == 0:
+                continue
+            try:
+                latest = await self.store.latest_event_id()
+            except Exception:
+                log.debug("reading the latest event id failed", exc_info=True)
+                continue
+            if latest > seen:
+                seen = latest
+                self._wake_streams()
 
     async def _maintain(self) -> None:
         """Drop dedup keys past the freshness window (with margin) and old notifications."""
@@ -719,6 +738,7 @@ def create_app(
         )
         await resp.prepare(request)
         core.metrics.sse_clients.inc()
+        core.streams += 1
         try:
             await resp.write(b"retry: 2000\n\n")
             while not core._closing:
@@ -748,6 +768,7 @@ def create_app(
             pass
         finally:
             core.metrics.sse_clients.dec()
+            core.streams -= 1
         return resp
 
     async def healthz(request: web.Request) -> web.Response:

@@ -34,6 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="this receiver's URL as agents reach it (default: http://HOST:PORT)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve with N processes sharing the port and the store (default: 1); "
+        "verification is CPU-bound, so up to one per core",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO", help="default: INFO")
     parser.add_argument(
         "--access-log",
@@ -70,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    workers = int(getattr(args, "workers", 1) or 1)
+    if workers < 1:
+        print("receiver: error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if workers > 1 and not args.worker:
+        return _supervise(args, settings, workers)
     app = create_app(settings)
     print(
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
@@ -82,8 +97,63 @@ def run(args: argparse.Namespace) -> int:
         port=settings.port,
         print=None,
         access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+        reuse_port=True if args.worker else None,
     )
     return 0
+
+
+def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
+    """Run ``workers`` receiver processes on one port (SO_REUSEPORT) and one store.
+
+    The store's schema and the generated API keys are set up here first, so the workers
+    never race to create them. SIGTERM / SIGINT are passed on; the exit code is the
+    first failing worker's, else 0.
+    """
+    import asyncio
+    import signal
+    import subprocess
+
+    from .app import Receiver
+
+    async def prepare() -> None:
+        receiver = Receiver(settings)
+        await receiver.store.open()
+        receiver._load_api_keys()
+        await receiver.store.close()
+
+    asyncio.run(prepare())
+    command = [sys.executable, "-m", "receiver", *_worker_argv(args)]
+    procs = [subprocess.Popen(command) for _ in range(workers)]  # noqa: S603
+
+    def forward(signum: int, _frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    codes = [proc.wait() for proc in procs]
+    return next((c for c in codes if c not in (0, -signal.SIGTERM, -signal.SIGINT)), 0)
+
+
+def _worker_argv(args: argparse.Namespace) -> list[str]:
+    """The options of one worker: the same settings, and ``--worker``."""
+    out = ["--worker", "--log-level", str(args.log_level)]
+    for flag, value in (
+        ("--config", args.config),
+        ("--host", args.host),
+        ("--port", args.port),
+        ("--data-dir", args.data_dir),
+        ("--database", args.database),
+        ("--public-url", args.public_url),
+    ):
+        if value is not None:
+            out += [flag, str(value)]
+    for agent in args.agents:
+        out += ["--agent", agent]
+    if args.access_log:
+        out.append("--access-log")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,6 +58,7 @@ class SQLiteReceiverStore(ReceiverStore):
         self._fsync: ThreadPoolExecutor | None = None
         self._wal_fd: int | None = None
         self._closed = False
+        self._reader: sqlite3.Connection | None = None
 
     async def open(self) -> None:
         if self._conn is not None:
@@ -68,7 +70,14 @@ class SQLiteReceiverStore(ReceiverStore):
         conn.execute("PRAGMA busy_timeout = 5000")
         _migrate(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
+        # The writer never waits for a lock held by another process (another worker) on
+        # the event loop: it backs off asynchronously instead (see _writer_loop).
+        conn.execute("PRAGMA busy_timeout = 0")
         self._conn = conn
+        reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        reader.row_factory = sqlite3.Row
+        reader.execute("PRAGMA busy_timeout = 2000")
+        self._reader = reader
         self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
         self._fsync = ThreadPoolExecutor(1, thread_name_prefix="receiver-fsync")
         self._writer = asyncio.create_task(self._writer_loop(), name="receiver-sqlite-writer")
@@ -85,6 +94,8 @@ class SQLiteReceiverStore(ReceiverStore):
             self._fsync.shutdown(wait=True)
         if self._wal_fd is not None:
             os.close(self._wal_fd)
+        if self._reader is not None:
+            self._reader.close()
         self._conn.close()
 
     # ---- plumbing --------------------------------------------------------------------
@@ -108,7 +119,13 @@ class SQLiteReceiverStore(ReceiverStore):
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                results = self._run_batch(batch)
+                attempt = self._run_batch(batch)
+                if attempt is None:
+                    # Another process holds the write lock: wait without blocking the loop.
+                    self._queue[:0] = batch
+                    await asyncio.sleep(0.002)
+                    continue
+                results = attempt
                 if self._synchronous == "FULL" and any(ok for ok, _ in results):
                     try:
                         assert self._wal_fd is not None
@@ -124,21 +141,28 @@ class SQLiteReceiverStore(ReceiverStore):
             if self._closed:
                 return
 
-    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
+    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
+        """Run a batch as one transaction; None when another process holds the lock."""
         conn = self._db()
         try:
             conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return None
+            raise
+        try:
             results = [(True, fn(conn)) for fn, _ in batch]
             conn.execute("COMMIT")
             return results
         except Exception:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-        # One op failed: run each on its own so the others still commit.
+        # One op failed: run each on its own so the others still commit. The lock may be
+        # taken by another process between these: wait for it (rare, and brief).
         out: list[tuple[bool, Any]] = []
         for fn, _ in batch:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                _begin_waiting(conn)
                 value = fn(conn)
                 conn.execute("COMMIT")
                 out.append((True, value))
@@ -149,8 +173,11 @@ class SQLiteReceiverStore(ReceiverStore):
         return out
 
     def _all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
-        # Reads are point lookups of microseconds: run on the loop, between write batches.
-        return list(self._db().execute(self._sql[name], params).fetchall())
+        # Reads are point lookups of microseconds: run on the loop, on their own connection
+        # (WAL readers never wait for the writer).
+        self._db()
+        assert self._reader is not None
+        return list(self._reader.execute(self._sql[name], params).fetchall())
 
     # ---- subscriptions ---------------------------------------------------------------
 
@@ -326,6 +353,18 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def latest_event_id(self) -> int:
         return int(self._all("latest_event_id")[0][0])
+
+
+def _begin_waiting(conn: sqlite3.Connection, limit: float = 5.0) -> None:
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

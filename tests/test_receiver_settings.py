@@ -96,3 +96,48 @@ def test_python_dash_m_receiver_reports_bad_settings() -> None:
     )
     assert proc.returncode == 2
     assert "agents.0.url" in proc.stderr and "http(s) URL" in proc.stderr
+
+
+def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "receiver",
+            "--workers",
+            "2",
+            "--port",
+            str(port),
+            "--agent",
+            "http://127.0.0.1:9/",
+            "--data-dir",
+            str(tmp_path),
+            "--log-level",
+            "ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        answered = 0
+        while answered < 6 and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    answered += r.status == 200
+            except OSError:
+                time.sleep(0.1)
+        assert answered == 6
+        keys = json.loads((tmp_path / "api-keys.json").read_text())
+        assert list(keys) == ["default"]  # made once, by the supervisor
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
