@@ -77,6 +77,7 @@ class Retention:
 
     delivered: float | None = 7 * 24 * 3600.0
     dead: float | None = 30 * 24 * 3600.0
+    idempotency_keys: float = 24 * 3600.0  # how long a publish's idempotency key holds
     interval: float = 3600.0  # how often to purge; 0 turns the background purge off
 
 
@@ -211,6 +212,9 @@ class PushNotifier:
                 total += n
                 if n < 1000:
                     break
+        await self.store.purge_idempotency_keys(
+            created_before=now - self.retention.idempotency_keys
+        )
         return total
 
     async def _purge_old(self) -> None:
@@ -248,11 +252,14 @@ class PushNotifier:
         event: PushNotificationEvent | StreamResponse,
         *,
         task: Task | None = None,
+        idempotency_key: str | None = None,
     ) -> PublishResult:
         """Queue ``event`` for every config of the task; durable when it returns.
 
         ``task``: the task's current snapshot, used for configs registered through v0.3
         (whose webhooks carry the whole task). A task with no configs costs one lookup.
+        ``idempotency_key``: a publish repeated with the same key (within
+        ``Retention.idempotency_keys``) queues nothing and returns the first result.
         """
         if isinstance(event, StreamResponse):
             inner = event.event
@@ -265,7 +272,11 @@ class PushNotifier:
         kind = _kind_of(event)
         started = time.perf_counter()
         seq, ids = await self.store.enqueue(
-            task_id, kind, self._renderer(event, task), new_id=new_delivery_id
+            task_id,
+            kind,
+            self._renderer(event, task),
+            new_id=new_delivery_id,
+            idempotency_key=idempotency_key,
         )
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         self.metrics.events_published.labels(kind).inc()

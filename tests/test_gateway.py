@@ -13,6 +13,7 @@ from a2a_push.cli import main as cli_main
 from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import verify_webhook_jwt
+from a2a_push.store import DeliveryFilter
 from a2a_push.testing import WebhookSink
 
 from .gateway_support import (
@@ -236,3 +237,48 @@ async def test_cli_lists_by_config_and_disables_configs(
             await asyncio.to_thread(cli_main, ["configs", "enable", "nope", "--database", database])
             == 1
         )
+
+
+async def test_a_repeated_idempotency_key_queues_the_event_once(tmp_path: Path) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, gw),
+        aiohttp.ClientSession() as session,
+    ):
+        created = await rpc(
+            session, url, "CreateTaskPushNotificationConfig", {"taskId": "t-i", "url": sink.url()}
+        )
+        assert "result" in created
+        body = json.dumps(
+            {
+                "statusUpdate": {
+                    "taskId": "t-i",
+                    "contextId": "c",
+                    "status": {"state": "TASK_STATE_WORKING"},
+                }
+            }
+        )
+        headers = {
+            "Authorization": f"Bearer {AGENT_KEY}",
+            "Content-Type": "application/json",
+            "Idempotency-Key": "evt-1",
+        }
+        answers = []
+        for _ in range(3):  # a client retrying after lost answers
+            async with session.post(
+                url + "/v1/tasks/t-i/events", data=body, headers=headers
+            ) as resp:
+                assert resp.status == 202
+                answers.append(await resp.json())
+        assert answers[0] == answers[1] == answers[2]
+        async with session.post(
+            url + "/v1/tasks/t-i/events",
+            data=body,
+            headers={**headers, "Idempotency-Key": "x" * 300},
+        ) as resp:
+            assert resp.status == 400
+        await sink.wait_for(2)  # the task snapshot and the event, once
+        await asyncio.sleep(0.3)
+        assert len(sink.on("/hook")) == 2
+        found = await gw.notifier.store.list_deliveries(DeliveryFilter(task_id="t-i"))
+        assert len(found) == 2

@@ -478,3 +478,19 @@ async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
         await store.purge(DeliveryState.PENDING, updated_before=NOW + 1000)
     stats = await store.stats(now=NOW)
     assert stats.pending == 1 and stats.dead == 0 and stats.delivered == 0
+
+
+async def test_an_idempotency_key_makes_a_repeated_enqueue_return_the_first_result(
+    store: Store,
+) -> None:
+    await store.put_config(config(id="a"))
+    first = await enqueue(store, idempotency_key="agent/task-1/k1")
+    again = await enqueue(store, idempotency_key="agent/task-1/k1")
+    assert again == first
+    other = await enqueue(store, idempotency_key="agent/task-1/k2")
+    assert other[0] == first[0] + 1
+    listed = await store.list_deliveries(DeliveryFilter(task_id="task-1"))
+    assert len(listed) == 2  # the repeat queued nothing
+    assert await store.purge_idempotency_keys(created_before=NOW + 1) == 2
+    after = await enqueue(store, idempotency_key="agent/task-1/k1")
+    assert after[0] == other[0] + 1  # forgotten: a new event

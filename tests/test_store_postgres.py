@@ -35,6 +35,7 @@ from a2a_push.store.postgres import (
     PostgresPoolOptions,
     PostgresStore,
 )
+from a2a_push.store.sql import migrations
 
 from .conftest import config, ids, postgres_schema, require_postgres
 
@@ -452,7 +453,8 @@ async def test_migrations_are_versioned_idempotent_and_safe_to_run_concurrently(
     (later,) = await open_stores(1, schema=schema)  # and one restarting later
     await later.put_config(config(id="a"))
     rows = await raw(f'SELECT version FROM "{schema}".schema_migrations ORDER BY version')
-    assert [r["version"] for r in rows] == [1]
+    assert [r["version"] for r in rows] == [v for v, _ in migrations("postgres")]
+    assert [r["version"] for r in rows] == [1, 2]  # applied once each, in order
 
 
 async def test_secrets_are_encrypted_at_rest(open_stores: OpenStores) -> None:

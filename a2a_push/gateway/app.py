@@ -55,6 +55,7 @@ from .state import GatewayState, open_gateway_state
 log = logging.getLogger(__name__)
 
 HEADER_OWNER: Final = "X-A2A-Owner"
+HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 RETRY_AFTER_SECONDS: Final = "2"
 _OWNER_CACHE: Final = 100_000
 
@@ -256,7 +257,15 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         status_json = status.to_json_dict() if status is not None else None
         if not await gw.owns(agent_id, task_id, status_json, context):
             return _error(404, "task_not_found", f"task {task_id!r} was not found")
-        result = await gw.notifier.publish(task_id, event)
+        key = request.headers.get(HEADER_IDEMPOTENCY_KEY)
+        if key is not None and not (0 < len(key) <= 255 and key.isascii() and key.isprintable()):
+            return _error(400, "invalid_header", f"{HEADER_IDEMPOTENCY_KEY}: 1-255 printable ASCII")
+        result = await gw.notifier.publish(
+            task_id,
+            event,
+            # Scoped to the agent and task: keys from different agents never collide.
+            idempotency_key=f"{agent_id}/{task_id}/{key}" if key else None,
+        )
         return web.json_response(
             {"taskId": task_id, "seq": result.seq, "deliveries": len(result.delivery_ids)},
             status=202,

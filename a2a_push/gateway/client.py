@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Final
 
 import aiohttp
@@ -100,10 +101,17 @@ class GatewayClient:
         self,
         task_id: str,
         event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent | StreamResponse,
+        *,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any]:
-        """Post one event; the gateway's answer (``seq``, ``deliveries``) once it is durable."""
+        """Post one event; the gateway's answer (``seq``, ``deliveries``) once it is durable.
+
+        Every retry carries the same ``Idempotency-Key`` (a fresh one per call unless
+        given), so an event whose first answer was lost is not queued twice.
+        """
         wrapped = event if isinstance(event, StreamResponse) else StreamResponse.wrap(event)
         body = wrapped.to_json_bytes()
+        key = idempotency_key or uuid.uuid4().hex
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
             wait=_WaitRetryAfter(10.0),
@@ -111,14 +119,15 @@ class GatewayClient:
             reraise=True,
         ):
             with attempt:
-                return await self._post(task_id, body)
+                return await self._post(task_id, body, key)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _post(self, task_id: str, body: bytes) -> dict[str, Any]:
+    async def _post(self, task_id: str, body: bytes, key: str) -> dict[str, Any]:
         url = f"{self.url}/v1/tasks/{task_id}/events"
+        headers = {**self._headers, "Idempotency-Key": key}
         try:
             async with self._client().post(
-                url, data=body, headers=self._headers, timeout=self._timeout
+                url, data=body, headers=headers, timeout=self._timeout
             ) as resp:
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")

@@ -203,13 +203,20 @@ class Outbox(abc.ABC):
         new_id: Callable[[], str],
         only_config_key: str | None = None,
         now: float | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[int, list[str]]:
         """Fan an event out to the task's enabled configs in one transaction.
 
         Assigns the task's next sequence number and returns it with the delivery ids
         (empty, and no sequence number used, when the task has no configs).
-        Durable when it returns.
+        Durable when it returns. With an ``idempotency_key`` seen before (and not yet
+        purged), nothing is enqueued and the first call's result is returned: a
+        publish retried after a lost answer is not sent twice.
         """
+
+    @abc.abstractmethod
+    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+        """Forget idempotency keys recorded before the time given; returns how many."""
 
     @abc.abstractmethod
     async def claim_due(

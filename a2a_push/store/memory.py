@@ -41,6 +41,7 @@ class MemoryStore(Store):
         self._deliveries: dict[str, Delivery] = {}
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._task_seq: dict[str, int] = {}
+        self._idempotency: dict[str, tuple[int, list[str], float]] = {}
 
     async def close(self) -> None:
         return None
@@ -141,10 +142,24 @@ class MemoryStore(Store):
         new_id: Callable[[], str],
         only_config_key: str | None = None,
         now: float | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[int, list[str]]:
-        return self._enqueue(
+        if idempotency_key is not None and idempotency_key in self._idempotency:
+            seq, ids, _at = self._idempotency[idempotency_key]
+            return seq, list(ids)
+        seq, ids = self._enqueue(
             task_id, kind, render, new_id=new_id, only_config_key=only_config_key, now=now
         )
+        if idempotency_key is not None:
+            at = time.time() if now is None else now
+            self._idempotency[idempotency_key] = (seq, list(ids), at)
+        return seq, ids
+
+    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+        doomed = [k for k, (_, _, at) in self._idempotency.items() if at < created_before]
+        for key in doomed:
+            del self._idempotency[key]
+        return len(doomed)
 
     def _enqueue(
         self,

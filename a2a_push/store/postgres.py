@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -548,18 +549,33 @@ class PostgresStore(Store):
         new_id: Callable[[], str],
         only_config_key: str | None = None,
         now: float | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[int, list[str]]:
         at = time.time() if now is None else now
         async with self._transaction() as conn:
             # Publishes of one task take turns (across processes): seq follows commit
             # order, so a lane's FIFO by seq is the order events were accepted in.
             await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
+            if idempotency_key is not None:
+                # Under the task's lock: a retry racing the first attempt waits for it.
+                row = await conn.fetchrow(_Q["get_idempotency_key"], idempotency_key)
+                if row is not None:
+                    return int(row["seq"]), json.loads(row["ids"])
             seq, ids = await _enqueue_locked(
                 conn, task_id, kind, render, new_id, only_config_key=only_config_key, at=at
             )
+            if idempotency_key is not None:
+                await conn.execute(
+                    _Q["put_idempotency_key"], idempotency_key, seq, json.dumps(ids), at
+                )
             if ids:
                 await self._notify(conn)
         return seq, ids
+
+    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+        async with self._transaction() as conn:
+            status = await conn.execute(_Q["purge_idempotency_keys"], created_before)
+        return int(status.split()[-1])
 
     async def claim_due(
         self,

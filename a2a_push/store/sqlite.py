@@ -449,11 +449,20 @@ class SQLiteStore(Store):
         new_id: Callable[[], str],
         only_config_key: str | None = None,
         now: float | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[int, list[str]]:
         def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
-            return _enqueue(
+            if idempotency_key is not None:
+                row = conn.execute(_Q["get_idempotency_key"], (idempotency_key,)).fetchone()
+                if row is not None:
+                    return int(row[0]), json.loads(row[1])
+            seq, ids = _enqueue(
                 conn, task_id, kind, render, new_id, only_config_key=only_config_key, now=now
             )
+            if idempotency_key is not None:
+                at = time.time() if now is None else now
+                conn.execute(_Q["put_idempotency_key"], (idempotency_key, seq, json.dumps(ids), at))
+            return seq, ids
 
         return await self._write(op)
 
@@ -577,6 +586,12 @@ class SQLiteStore(Store):
             return conn.execute(
                 _Q["purge_deliveries"], (state.value, updated_before, limit)
             ).rowcount
+
+        return await self._write(op, sync=False)
+
+    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(_Q["purge_idempotency_keys"], (created_before,)).rowcount
 
         return await self._write(op, sync=False)
 

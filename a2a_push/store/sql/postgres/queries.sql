@@ -245,3 +245,12 @@ SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
     (SELECT count(*) FROM deliveries WHERE state = 'delivered') AS delivered,
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
+
+-- name: get_idempotency_key
+SELECT seq, ids FROM idempotency_keys WHERE key = $1;
+
+-- name: put_idempotency_key
+INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES ($1, $2, $3, $4);
+
+-- name: purge_idempotency_keys
+DELETE FROM idempotency_keys WHERE created_at < $1;

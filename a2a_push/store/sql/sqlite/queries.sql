@@ -184,3 +184,12 @@ SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'dead'),
     (SELECT count(*) FROM deliveries WHERE state = 'delivered'),
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
+
+-- name: get_idempotency_key
+SELECT seq, ids FROM idempotency_keys WHERE key = ?;
+
+-- name: put_idempotency_key
+INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?, ?, ?, ?);
+
+-- name: purge_idempotency_keys
+DELETE FROM idempotency_keys WHERE created_at < ?;
