@@ -20,9 +20,10 @@ from .store import (
     PendingFetch,
     ReceiverStore,
     Subscription,
-    SubscriptionState,
     TaskEvent,
     TaskSnapshot,
+    snapshot_from_row,
+    subscription_from_row,
     supersedes,
 )
 
@@ -163,32 +164,34 @@ class PostgresReceiverStore(ReceiverStore):
             row = await conn.fetchrow(
                 self._sql["active_subscription"], sub.client_id, sub.agent_url, sub.task_id
             )
-            return _subscription(row)
+            return subscription_from_row(row)
 
         return await self._run(op)
 
     async def get_subscription(self, subscription_id: str) -> Subscription | None:
         rows = await self._fetch("get_subscription", subscription_id)
-        return _subscription(rows[0]) if rows else None
+        return subscription_from_row(rows[0]) if rows else None
 
     async def subscription_by_token(self, token_digest: str) -> Subscription | None:
         rows = await self._fetch("subscription_by_token", token_digest)
-        return _subscription(rows[0]) if rows else None
+        return subscription_from_row(rows[0]) if rows else None
 
     async def subscriptions_for_task(self, agent_url: str, task_id: str) -> list[Subscription]:
         return [
-            _subscription(r)
+            subscription_from_row(r)
             for r in await self._fetch("subscriptions_for_task", agent_url, task_id)
         ]
 
     async def list_subscriptions(self, client_id: str) -> list[Subscription]:
-        return [_subscription(r) for r in await self._fetch("list_subscriptions", client_id)]
+        return [
+            subscription_from_row(r) for r in await self._fetch("list_subscriptions", client_id)
+        ]
 
     async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
         async def op(conn: Any) -> Subscription | None:
             await conn.execute(self._sql["delete_subscription"], now, subscription_id)
             row = await conn.fetchrow(self._sql["get_subscription"], subscription_id)
-            return _subscription(row) if row is not None else None
+            return subscription_from_row(row) if row is not None else None
 
         return await self._run(op)
 
@@ -307,13 +310,13 @@ class PostgresReceiverStore(ReceiverStore):
 
     async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None:
         rows = await self._fetch("get_task", agent_url, task_id)
-        return _snapshot(rows[0]) if rows else None
+        return snapshot_from_row(rows[0]) if rows else None
 
     async def snapshots_for_client(
         self, client_id: str, *, context_id: str | None = None, limit: int = 100
     ) -> list[TaskSnapshot]:
         rows = await self._fetch("snapshots_for_client", client_id, context_id, limit)
-        return [_snapshot(r) for r in rows]
+        return [snapshot_from_row(r) for r in rows]
 
     async def events_for_client(
         self, client_id: str, *, after: int, limit: int = 100
@@ -353,30 +356,3 @@ async def _migrate(conn: Any) -> None:
                 )
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
-
-
-def _subscription(row: Any) -> Subscription:
-    return Subscription(
-        id=row["id"],
-        client_id=row["client_id"],
-        agent_url=row["agent_url"],
-        task_id=row["task_id"],
-        token_digest=row["token_digest"],
-        state=SubscriptionState(row["state"]),
-        created_at=row["created_at"],
-        deleted_at=row["deleted_at"],
-    )
-
-
-def _snapshot(row: Any) -> TaskSnapshot:
-    return TaskSnapshot(
-        agent_url=row["agent_url"],
-        task_id=row["task_id"],
-        context_id=row["context_id"],
-        state=row["state"],
-        final=bool(row["final"]),
-        status_timestamp=row["status_timestamp"],
-        generation=int(row["generation"]),
-        task=json.loads(row["snapshot"]),
-        updated_at=row["updated_at"],
-    )

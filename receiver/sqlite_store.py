@@ -20,9 +20,10 @@ from .store import (
     PendingFetch,
     ReceiverStore,
     Subscription,
-    SubscriptionState,
     TaskEvent,
     TaskSnapshot,
+    snapshot_from_row,
+    subscription_from_row,
     supersedes,
 )
 
@@ -187,7 +188,7 @@ class SQLiteReceiverStore(ReceiverStore):
                 self._sql["active_subscription"], (sub.client_id, sub.agent_url, sub.task_id)
             ).fetchone()
             if row is not None:
-                return _subscription(row)
+                return subscription_from_row(row)
             conn.execute(
                 self._sql["insert_subscription"],
                 {
@@ -205,23 +206,26 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def get_subscription(self, subscription_id: str) -> Subscription | None:
         rows = self._all("get_subscription", (subscription_id,))
-        return _subscription(rows[0]) if rows else None
+        return subscription_from_row(rows[0]) if rows else None
 
     async def subscription_by_token(self, token_digest: str) -> Subscription | None:
         rows = self._all("subscription_by_token", (token_digest,))
-        return _subscription(rows[0]) if rows else None
+        return subscription_from_row(rows[0]) if rows else None
 
     async def subscriptions_for_task(self, agent_url: str, task_id: str) -> list[Subscription]:
-        return [_subscription(r) for r in self._all("subscriptions_for_task", (agent_url, task_id))]
+        return [
+            subscription_from_row(r)
+            for r in self._all("subscriptions_for_task", (agent_url, task_id))
+        ]
 
     async def list_subscriptions(self, client_id: str) -> list[Subscription]:
-        return [_subscription(r) for r in self._all("list_subscriptions", (client_id,))]
+        return [subscription_from_row(r) for r in self._all("list_subscriptions", (client_id,))]
 
     async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
         def op(conn: sqlite3.Connection) -> Subscription | None:
             conn.execute(self._sql["delete_subscription"], (now, subscription_id))
             row = conn.execute(self._sql["get_subscription"], (subscription_id,)).fetchone()
-            return _subscription(row) if row is not None else None
+            return subscription_from_row(row) if row is not None else None
 
         return await self._write(op)
 
@@ -322,7 +326,7 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def get_snapshot(self, agent_url: str, task_id: str) -> TaskSnapshot | None:
         rows = self._all("get_task", (agent_url, task_id))
-        return _snapshot(rows[0]) if rows else None
+        return snapshot_from_row(rows[0]) if rows else None
 
     async def snapshots_for_client(
         self, client_id: str, *, context_id: str | None = None, limit: int = 100
@@ -331,7 +335,7 @@ class SQLiteReceiverStore(ReceiverStore):
             "snapshots_for_client",
             {"client_id": client_id, "context_id": context_id, "limit": limit},
         )
-        return [_snapshot(r) for r in rows]
+        return [snapshot_from_row(r) for r in rows]
 
     async def events_for_client(
         self, client_id: str, *, after: int, limit: int = 100
@@ -394,31 +398,4 @@ def _version(row: sqlite3.Row) -> TaskSnapshot:
         generation=row["generation"],
         task={},
         updated_at=0.0,
-    )
-
-
-def _subscription(row: sqlite3.Row) -> Subscription:
-    return Subscription(
-        id=row["id"],
-        client_id=row["client_id"],
-        agent_url=row["agent_url"],
-        task_id=row["task_id"],
-        token_digest=row["token_digest"],
-        state=SubscriptionState(row["state"]),
-        created_at=row["created_at"],
-        deleted_at=row["deleted_at"],
-    )
-
-
-def _snapshot(row: sqlite3.Row) -> TaskSnapshot:
-    return TaskSnapshot(
-        agent_url=row["agent_url"],
-        task_id=row["task_id"],
-        context_id=row["context_id"],
-        state=row["state"],
-        final=bool(row["final"]),
-        status_timestamp=row["status_timestamp"],
-        generation=row["generation"],
-        task=json.loads(row["snapshot"]),
-        updated_at=row["updated_at"],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -216,4 +217,33 @@ def supersedes(new: TaskSnapshot, old: TaskSnapshot) -> bool:
         new.status_timestamp
         and old.status_timestamp
         and new.status_timestamp < old.status_timestamp
+    )
+
+
+def subscription_from_row(row: Any) -> Subscription:
+    """A subscription from a database row (``sqlite3.Row`` or ``asyncpg.Record``)."""
+    return Subscription(
+        id=row["id"],
+        client_id=row["client_id"],
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        token_digest=row["token_digest"],
+        state=SubscriptionState(row["state"]),
+        created_at=row["created_at"],
+        deleted_at=row["deleted_at"],
+    )
+
+
+def snapshot_from_row(row: Any) -> TaskSnapshot:
+    """A task snapshot from a database row."""
+    return TaskSnapshot(
+        agent_url=row["agent_url"],
+        task_id=row["task_id"],
+        context_id=row["context_id"],
+        state=row["state"],
+        final=bool(row["final"]),
+        status_timestamp=row["status_timestamp"],
+        generation=int(row["generation"]),
+        task=json.loads(row["snapshot"]),
+        updated_at=row["updated_at"],
     )

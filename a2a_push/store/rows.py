@@ -1,0 +1,70 @@
+"""Mapping database rows to store records: one definition for the SQL backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SecretDecryptionError
+from .base import Delivery, DeliveryState, StoredConfig
+from .secrets import SecretBox
+
+
+class RowMapping:
+    """Builds configs and deliveries from rows (``sqlite3.Row`` or ``asyncpg.Record``).
+
+    Both backends name their columns alike; secrets are opened with ``_box``.
+    """
+
+    _box: SecretBox
+
+    def _config_from_row(self, row: Any, prefix: str = "") -> StoredConfig:
+        token, credentials = self._box.open(row[prefix + "secrets"])
+        return StoredConfig(
+            key=row[prefix + "key"],
+            id=row[prefix + "id"],
+            task_id=row[prefix + "task_id"],
+            owner=row[prefix + "owner"],
+            tenant=row[prefix + "tenant"],
+            url=row[prefix + "url"],
+            token=token,
+            auth_scheme=row[prefix + "auth_scheme"],
+            auth_credentials=credentials,
+            protocol_version=row[prefix + "protocol_version"],
+            enabled=bool(row[prefix + "enabled"]),
+            disabled_reason=row[prefix + "disabled_reason"],
+            failing_since=row[prefix + "failing_since"],
+            created_at=row[prefix + "created_at"],
+        )
+
+    @staticmethod
+    def _delivery_from_row(
+        row: Any, config: StoredConfig | None = None, config_error: str | None = None
+    ) -> Delivery:
+        return Delivery(
+            id=row["id"],
+            config_key=row["config_key"],
+            task_id=row["task_id"],
+            seq=row["seq"],
+            kind=row["kind"],
+            body=bytes(row["body"]),
+            state=DeliveryState(row["state"]),
+            attempts=row["attempts"],
+            rounds=row["rounds"],
+            next_attempt_at=row["next_attempt_at"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            last_status=row["last_status"],
+            last_error=row["last_error"],
+            config=config,
+            config_error=config_error,
+        )
+
+    def _claimed_from_row(self, row: Any) -> Delivery:
+        """A delivery row joined with its config (``c_`` columns), as claims return it."""
+        config, config_error = None, None
+        if row["c_key"] is not None:
+            try:
+                config = self._config_from_row(row, prefix="c_")
+            except SecretDecryptionError as exc:
+                config_error = str(exc)
+        return self._delivery_from_row(row, config, config_error)
