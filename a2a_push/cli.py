@@ -308,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="rotate the key set a gateway keeps in this database (postgresql://… or the "
         "gateway's SQLite outbox file) instead of a directory",
     )
+    rotate.add_argument(
+        "--encryption-key",
+        action="append",
+        metavar="KEY",
+        dest="encryption_keys",
+        help="with --database: a Fernet key the gateway seals its keys with; repeat for "
+        f"several (default: ${ENV_ENCRYPTION_KEYS} or $A2A_GATEWAY_ENCRYPTION_KEYS)",
+    )
     rotate.set_defaults(handler=_cmd_keys_rotate)
 
     jwks = command(keys_commands, "jwks", "print the public JWK Set receivers verify webhooks with")
@@ -706,7 +714,14 @@ def _cmd_keys_rotate(args: argparse.Namespace) -> int:
     if getattr(args, "database", None):
         from .gateway.cli import rotate_in_database
 
-        kid, alg = rotate_in_database(str(args.database), args.alg)
+        keys = _encryption_keys(args)
+        if not keys:
+            keys = [
+                k.strip()
+                for k in os.environ.get("A2A_GATEWAY_ENCRYPTION_KEYS", "").split(",")
+                if k.strip()
+            ]
+        kid, alg = rotate_in_database(str(args.database), args.alg, keys or None)
         print(f"new active kid: {kid} ({alg})")
         _note("running gateways switch to the new key within their key_reload_interval (10 s)")
         return 0

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
 from a2a_push.protocol.v03 import task_from_v03
 
@@ -71,7 +72,7 @@ class AgentClient:
                 timeout=self._timeout,
                 allow_redirects=False,
             ) as resp:
-                raw = await resp.content.read(_MAX_RESPONSE_BYTES + 1)
+                raw = await read_at_most(resp.content, _MAX_RESPONSE_BYTES)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AgentCallError(
@@ -80,7 +81,7 @@ class AgentClient:
             ) from exc
         if status >= 500 or status in (408, 425, 429):
             raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=True)
-        if len(raw) > _MAX_RESPONSE_BYTES:
+        if raw is None:
             raise AgentCallError(f"{method}: the agent's response is too large", retryable=False)
         try:
             data = json.loads(raw)
@@ -111,11 +112,15 @@ class AgentClient:
         length = history_length if history_length is not None else self.agent.history_length
         if length is not None:
             params["historyLength"] = length
-        result = await self.call("GetTask", params)
-        if not isinstance(result, dict):
+        answer = await self.call("GetTask", params)
+        if not isinstance(answer, dict):
             raise AgentCallError("GetTask: the result is not a task object", retryable=False)
+        result: dict[str, Any] = answer
         if self._v03:
-            return task_from_v03(result).to_json_dict()
+            try:
+                result = task_from_v03(result).to_json_dict()
+            except ValueError as exc:  # V03FormatError and pydantic's ValidationError
+                raise AgentCallError(f"GetTask: not a v0.3 task: {exc}", retryable=False) from exc
         if result.get("id") != task_id:
             raise AgentCallError("GetTask: the agent returned another task", retryable=False)
         return result

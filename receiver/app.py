@@ -25,6 +25,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
 from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
@@ -82,7 +83,7 @@ class ClientError(Exception):
         self.reason = reason
 
 
-def error_body(reason: str, message: str) -> dict[str, str]:
+def error_body(reason: str, message: str) -> dict[str, Any]:
     return {"error": reason, "message": message}
 
 
@@ -354,6 +355,8 @@ class Receiver:
             self.metrics.webhooks.labels(exc.reason).inc()
             log.info("webhook refused (%s): %s", exc.status, exc)
             status, result = exc.status, error_body(exc.reason, str(exc))
+            if exc.retry_after is not None:
+                result["retryAfter"] = exc.retry_after
         except Exception:
             # Ours, not the sender's (e.g. the store failed): a JSON 500 it will retry.
             log.exception("webhook processing failed")
@@ -374,9 +377,10 @@ class Receiver:
                 415, "unsupported_media_type", f"send {A2A_MEDIA_TYPE} or application/json"
             )
         candidates, sub = await self._identify(headers)
-        if not self._limiter.allow(candidates[0].key):
-            raise WebhookRejected(429, "rate_limited", "too many webhooks; retry later")
         agent, verified = await self._verify(candidates, sub, headers, body)
+        # After verification: forged requests naming an agent must not use up its budget.
+        if not self._limiter.allow(agent.key):
+            raise WebhookRejected(429, "rate_limited", "too many webhooks; retry later")
         kind, task_id, urgent = _body_task(body)
         if await self.store.seen(agent.key, verified.dedup_key):
             return 200, {"status": "duplicate"}
@@ -536,7 +540,12 @@ class Receiver:
                 task_id, sub.id, self.settings.webhook_url, token
             )
         except AgentCallError as exc:
-            await self.store.remove_subscription(sub.id)
+            if exc.retryable:
+                # The agent may have created the config before the call failed: keep the
+                # subscription, deleted, so its webhooks get 410 and the config is disabled.
+                await self.store.delete_subscription(sub.id, now=time.time())
+            else:
+                await self.store.remove_subscription(sub.id)
             if exc.task_not_found:
                 raise ClientError(404, "task_not_found", str(exc)) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
@@ -570,7 +579,9 @@ class Receiver:
         subs = [
             s
             for s in await self.store.list_subscriptions(client_id)
-            if s.task_id == task_id and (agent_url is None or s.agent_url == agent_url.rstrip("/"))
+            if s.task_id == task_id
+            and s.state is SubscriptionState.ACTIVE
+            and (agent_url is None or s.agent_url == agent_url.rstrip("/"))
         ]
         if not subs:
             raise ClientError(404, "not_found", "no subscription to this task")
@@ -635,15 +646,7 @@ async def _read_limited(request: web.Request, limit: int) -> bytes | None:
     """The body, or None when it is over ``limit`` bytes (read no further than that)."""
     if request.content_length is not None and request.content_length > limit:
         return None
-    # read(n) returns what has arrived so far, up to n: loop until the end of the body.
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await request.content.read(limit + 1 - size):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return None
-    return b"".join(chunks)
+    return await read_at_most(request.content, limit)
 
 
 def create_app(
@@ -662,6 +665,11 @@ def create_app(
             core.metrics.webhooks.labels("too_large").inc()
             return _json(413, error_body("too_large", f"the body is over {limit} bytes"))
         status, result = await core.handle_webhook(request.headers, body, request.content_type)
+        retry_after = result.get("retryAfter")
+        if retry_after is not None:
+            return web.json_response(
+                result, status=status, headers={"Retry-After": str(retry_after)}
+            )
         return _json(status, result)
 
     async def json_body(request: web.Request) -> dict[str, Any]:

@@ -112,6 +112,7 @@ def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
     import asyncio
     import signal
     import subprocess
+    import time
 
     from .app import Receiver
 
@@ -130,9 +131,34 @@ def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    codes = [proc.wait() for proc in procs]
+    stopping = False
+
+    def forward_and_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        forward(signum, frame)
+
+    signal.signal(signal.SIGTERM, forward_and_stop)
+    signal.signal(signal.SIGINT, forward_and_stop)
+    # A worker that dies on its own takes the others down with it, with its exit code:
+    # a supervisor (systemd, Kubernetes) then restarts the whole receiver, instead of it
+    # serving on, silently, with fewer processes.
+    failed: int | None = None
+    while any(proc.poll() is None for proc in procs):
+        for proc in procs:
+            code = proc.poll()
+            if code is not None and not stopping and failed is None:
+                failed = code or 1
+                print(
+                    f"receiver: a worker exited (code {code}); stopping the others",
+                    file=sys.stderr,
+                )
+                stopping = True
+                forward(signal.SIGTERM, None)
+        time.sleep(0.2)
+    if failed is not None:
+        return failed
+    codes = [proc.returncode for proc in procs]
     return next((c for c in codes if c not in (0, -signal.SIGTERM, -signal.SIGINT)), 0)
 
 

@@ -193,7 +193,8 @@ class TaskFetcher:
         urgent.clear()
 
     def _later(self, key: Key, up_to: int) -> None:
-        self._wanted.pop(key, None)
+        # Notifications that arrived during the failed fetch are covered by the retry too.
+        up_to = max(up_to, self._wanted.pop(key, -1))
         if self._closed:
             return
         loop = asyncio.get_running_loop()

@@ -264,6 +264,13 @@ class PostgresReceiverStore(ReceiverStore):
                     await conn.execute(
                         self._sql["mark_fetched"], snap.agent_url, snap.task_id, fetched_up_to
                     )
+                # FOR UPDATE locks nothing while the task has no row yet: serialise the
+                # task's writers (other replicas too) with an advisory lock first.
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))",
+                    snap.agent_url,
+                    snap.task_id,
+                )
                 row = await conn.fetchrow(self._sql["lock_task"], snap.agent_url, snap.task_id)
                 if row is not None and not supersedes(
                     snap,

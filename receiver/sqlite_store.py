@@ -120,7 +120,10 @@ class SQLiteReceiverStore(ReceiverStore):
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                attempt = self._run_batch(batch)
+                try:
+                    attempt = self._run_batch(batch)
+                except Exception as exc:  # e.g. a disk I/O error at BEGIN: fail this batch
+                    attempt = [(False, exc)] * len(batch)
                 if attempt is None:
                     # Another process holds the write lock: wait without blocking the loop.
                     self._queue[:0] = batch
@@ -144,7 +147,8 @@ class SQLiteReceiverStore(ReceiverStore):
 
     def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
         """Run a batch as one transaction; None when another process holds the lock."""
-        conn = self._db()
+        conn = self._conn  # not _db(): writes queued before close() still complete
+        assert conn is not None
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:

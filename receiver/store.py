@@ -8,6 +8,7 @@ import enum
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Self
 
 
@@ -212,12 +213,19 @@ def supersedes(new: TaskSnapshot, old: TaskSnapshot) -> bool:
     """
     if old.final or new.generation < old.generation:
         return False
-    # RFC 3339 UTC timestamps in one format compare as strings.
-    return not (
-        new.status_timestamp
-        and old.status_timestamp
-        and new.status_timestamp < old.status_timestamp
-    )
+    new_at, old_at = _instant(new.status_timestamp), _instant(old.status_timestamp)
+    return new_at is None or old_at is None or new_at >= old_at
+
+
+def _instant(timestamp: str | None) -> datetime | None:
+    """An RFC 3339 timestamp as an aware datetime (any number of fraction digits)."""
+    if not timestamp:
+        return None
+    try:
+        value = datetime.fromisoformat(timestamp.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def subscription_from_row(row: Any) -> Subscription:

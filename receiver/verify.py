@@ -53,7 +53,7 @@ from a2a_push.signing.keys import ALGORITHMS
 
 DEFAULT_FRESHNESS_SECONDS: Final = 300
 DEFAULT_JWKS_TTL_SECONDS: Final = 300.0
-DEFAULT_JWKS_MIN_REFRESH_SECONDS: Final = 30.0
+DEFAULT_JWKS_MIN_REFRESH_SECONDS: Final = 2.0
 _MAX_ID_LENGTH: Final = 256
 _MAX_JWT_HEADER_CHARS: Final = 4096
 _MAX_JWT_PAYLOAD_CHARS: Final = 16_384
@@ -74,10 +74,13 @@ class AuthMethod(enum.StrEnum):
 class WebhookRejected(Exception):
     """A webhook request was refused; ``status`` is the HTTP status to answer with."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
 
 
 def _unauthorized(reason: str, message: str) -> WebhookRejected:

@@ -282,3 +282,34 @@ async def test_a_repeated_idempotency_key_queues_the_event_once(tmp_path: Path) 
         assert len(sink.on("/hook")) == 2
         found = await gw.notifier.store.list_deliveries(DeliveryFilter(task_id="t-i"))
         assert len(found) == 2
+
+
+async def test_large_events_are_read_whole_and_keys_rotate_sealed(tmp_path: Path) -> None:
+    from a2a_push.store import generate_key
+
+    key = generate_key()
+    database = str(tmp_path / "outbox.db")
+    settings = gateway_settings(database, encryption_keys=[key])
+    async with running_gateway(settings) as (url, gw), aiohttp.ClientSession() as session:
+        update = {
+            "taskId": "t-large",
+            "contextId": "c",
+            "status": {"state": "TASK_STATE_WORKING"},
+            "metadata": {"blob": "y" * 600_000},  # under the 1 MiB limit, many segments
+        }
+        async with session.post(
+            url + "/v1/tasks/t-large/events",
+            json={"statusUpdate": update},
+            headers={"Authorization": f"Bearer {AGENT_KEY}"},
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+        before = gw.notifier.keyset.active.kid
+        argv = ["keys", "rotate", "--database", database, "--encryption-key", key]
+        assert await asyncio.to_thread(cli_main, argv) == 0
+        for _ in range(100):
+            if gw.notifier.keyset.active.kid != before:
+                break
+            await asyncio.sleep(0.05)
+        assert gw.notifier.keyset.active.kid != before
+    raw = (tmp_path / "outbox-gateway.db").read_bytes()
+    assert b"PRIVATE KEY" not in raw  # sealed at rest

@@ -333,3 +333,59 @@ async def test_fetches_are_spaced_per_task_but_a_final_state_is_fetched_at_once(
     finally:
         await server.close()
         await agent_server.close()
+
+
+async def test_a_large_get_task_answer_is_read_whole(tmp_path: Path) -> None:
+    big = "x" * 400_000  # arrives in many TCP segments
+
+    async def get_task(request: web.Request) -> web.Response:
+        rpc = await request.json()
+        task = {
+            "id": rpc["params"]["id"],
+            "contextId": "ctx",
+            "status": {"state": "TASK_STATE_COMPLETED"},
+            "artifacts": [{"artifactId": "a", "parts": [{"text": big}]}],
+        }
+        return web.json_response({"jsonrpc": "2.0", "id": rpc["id"], "result": task})
+
+    app = web.Application()
+    app.router.add_post("/", get_task)
+    agent_server = TestServer(app, host="127.0.0.1")
+    await agent_server.start_server()
+    agent_url = str(agent_server.make_url("/"))
+    settings = ReceiverSettings.model_validate(
+        {
+            "port": 0,
+            "data_dir": tmp_path,
+            "agents": [{"url": agent_url, "auth": ["token"]}],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+            "fetch_coalesce_seconds": 0,
+        }
+    )
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        core = server.app[RECEIVER]
+        assert core.fetcher is not None
+        core.fetcher.want(agent_url.rstrip("/"), "t-big", 0, urgent=True)
+        await core.fetcher.idle(10)
+        snap = await core.store.get_snapshot(agent_url.rstrip("/"), "t-big")
+        assert snap is not None and snap.task["artifacts"][0]["parts"][0]["text"] == big
+    finally:
+        await server.close()
+        await agent_server.close()
+
+
+async def test_a_deleted_subscription_no_longer_shows_its_task(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        task = await r.send("roll 1d6")
+        sub = await r.subscribe(task["id"])
+        await r.wait_state(task["id"], "TASK_STATE_COMPLETED")
+        async with r.session.delete(
+            f"{r.receiver_url}/subscriptions/{sub['id']}", headers=r.api()
+        ) as resp:
+            assert resp.status == 200
+        status, _ = await r.task(task["id"])
+        assert status == 404
+        async with r.session.get(r.receiver_url + "/tasks", headers=r.api()) as resp:
+            assert (await resp.json())["tasks"] == []

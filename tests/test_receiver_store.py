@@ -165,3 +165,13 @@ async def test_purge_drops_old_dedup_keys_and_fetched_notifications(store: Recei
     await store.mark_fetched(AGENT, "t1", n)
     assert await store.purge(seen_before=200.0, notifications_before=200.0) == 2
     assert not await store.seen(AGENT, "m1")
+
+
+def test_status_timestamps_compare_as_instants_whatever_their_precision() -> None:
+    from receiver.store import supersedes
+
+    old = snap(1, ts="2026-01-01T12:00:01Z")
+    assert supersedes(snap(2, ts="2026-01-01T12:00:01.250Z"), old)  # later, more digits
+    assert not supersedes(snap(2, ts="2026-01-01T12:00:00.999999Z"), old)
+    assert supersedes(snap(2, ts="2026-01-01T13:00:01+01:00"), old)  # the same instant
+    assert supersedes(snap(2, ts="not a time"), old)  # unparseable: generation decides

@@ -34,6 +34,7 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
 from a2a_push.errors import StoreUnavailableError
+from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.jsonrpc import A2AError
@@ -176,7 +177,8 @@ class Gateway:
 
 
 def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+    # Header values may hold undecodable bytes (as surrogates): never a 500 for those.
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
@@ -237,8 +239,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:
             return _error(413, "too_large", f"the body is over {limit} bytes")
-        raw = await request.content.read(limit + 1)
-        if len(raw) > limit:
+        raw = await read_at_most(request.content, limit)
+        if raw is None:
             return _error(413, "too_large", f"the body is over {limit} bytes")
         try:
             event = StreamResponse.model_validate_json(raw)

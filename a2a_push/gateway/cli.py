@@ -114,11 +114,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def rotate_in_database(database: str, alg: Algorithm | None) -> tuple[str, str]:
+def rotate_in_database(
+    database: str, alg: Algorithm | None, encryption_keys: list[str] | None = None
+) -> tuple[str, str]:
     """Rotate the gateway's signing key in its database; (new kid, its algorithm)."""
 
     async def go() -> tuple[str, str]:
-        state = open_gateway_state(database)
+        state = open_gateway_state(database, encryption_keys)
         await state.open()
         try:
             current = await state.load_keys()

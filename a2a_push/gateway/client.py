@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any, Final
+from urllib.parse import quote
 
 import aiohttp
 from tenacity import (
@@ -123,7 +124,7 @@ class GatewayClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _post(self, task_id: str, body: bytes, key: str) -> dict[str, Any]:
-        url = f"{self.url}/v1/tasks/{task_id}/events"
+        url = f"{self.url}/v1/tasks/{quote(task_id, safe='')}/events"
         headers = {**self._headers, "Idempotency-Key": key}
         try:
             async with self._client().post(

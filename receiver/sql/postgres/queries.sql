@@ -81,14 +81,16 @@ VALUES ($1, $2, $3, $4, $5) RETURNING id;
 SELECT t.* FROM receiver_tasks t
 WHERE ($2::text IS NULL OR t.context_id = $2)
   AND EXISTS (SELECT 1 FROM receiver_subscriptions s
-              WHERE s.client_id = $1 AND s.agent_url = t.agent_url AND s.task_id = t.task_id)
+              WHERE s.client_id = $1 AND s.agent_url = t.agent_url AND s.task_id = t.task_id
+                AND s.state = 'active')
 ORDER BY t.updated_at DESC LIMIT $3;
 
 -- name: events_for_client
 SELECT e.* FROM receiver_events e
 WHERE e.id > $2
   AND EXISTS (SELECT 1 FROM receiver_subscriptions s
-              WHERE s.client_id = $1 AND s.agent_url = e.agent_url AND s.task_id = e.task_id)
+              WHERE s.client_id = $1 AND s.agent_url = e.agent_url AND s.task_id = e.task_id
+                AND s.state = 'active')
 ORDER BY e.id LIMIT $3;
 
 -- name: latest_event_id

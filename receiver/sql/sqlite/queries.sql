@@ -73,7 +73,8 @@ SELECT t.* FROM tasks t
 WHERE (:context_id IS NULL OR t.context_id = :context_id)
   AND EXISTS (SELECT 1 FROM subscriptions s
               WHERE s.client_id = :client_id AND s.agent_url = t.agent_url
-                AND s.task_id = t.task_id)
+                AND s.task_id = t.task_id
+                AND s.state = 'active')
 ORDER BY t.updated_at DESC LIMIT :limit;
 
 -- name: events_for_client
@@ -81,7 +82,8 @@ SELECT e.* FROM events e
 WHERE e.id > :after
   AND EXISTS (SELECT 1 FROM subscriptions s
               WHERE s.client_id = :client_id AND s.agent_url = e.agent_url
-                AND s.task_id = e.task_id)
+                AND s.task_id = e.task_id
+                AND s.state = 'active')
 ORDER BY e.id LIMIT :limit;
 
 -- name: latest_event_id
