@@ -123,14 +123,23 @@ ON CONFLICT (config_key, task_id) DO NOTHING;
 -- name: claim_lanes
 -- $1 now, $2 excluded endpoints, $3 lanes per endpoint, $4 limit.
 -- Earliest due first, at most $3 lanes per endpoint, none for the excluded (saturated
--- or broken) endpoints. Lanes another worker is claiming right now are skipped, not
--- waited for; a lane another worker has just leased fails the re-check of due_at on
--- its new row version, so no lane is ever leased twice.
-WITH due AS (
-    SELECT config_key, task_id, due_at,
-           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
+-- or broken) endpoints. Candidates are locked first (SKIP LOCKED: lanes another worker
+-- is claiming right now are passed over, not waited for), and only then ranked per
+-- endpoint: ranking first would give every worker the same few lanes to fight over, so
+-- a second worker would mostly come back empty. A lane another worker has just leased
+-- fails the re-check of due_at on its new row version, so no lane is leased twice.
+-- Candidates locked but not taken are unlocked when the claim commits.
+WITH locked AS (
+    SELECT config_key, task_id, due_at, endpoint, head_id
     FROM lanes
     WHERE due_at <= $1 AND endpoint <> ALL ($2::text[])
+    ORDER BY due_at
+    LIMIT $4 * 4
+    FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT config_key, task_id, due_at, head_id,
+           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
+    FROM locked
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
@@ -140,14 +149,12 @@ SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
        c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
        c.failing_since AS c_failing_since, c.created_at AS c_created_at
-FROM due
-JOIN lanes l ON l.config_key = due.config_key AND l.task_id = due.task_id
+FROM ranked l
 JOIN deliveries d ON d.id = l.head_id
 LEFT JOIN configs c ON c.key = l.config_key
-WHERE due.nth <= $3 AND l.due_at <= $1
-ORDER BY due.due_at
-LIMIT $4
-FOR UPDATE OF l SKIP LOCKED;
+WHERE l.nth <= $3
+ORDER BY l.due_at
+LIMIT $4;
 
 -- name: lease_lanes
 -- $1 lease expiry, $2 worker, $3 and $4 the lanes' config keys and task ids.
