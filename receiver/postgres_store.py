@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from a2a_push.errors import StoreUnavailableError
+from a2a_push.store.postgres import UNAVAILABLE_ERRORS
 from a2a_push.store.sql import migrations, queries
 
 from .store import (
@@ -126,21 +127,12 @@ class PostgresReceiverStore(ReceiverStore):
             self._on_event()
 
     async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        import asyncpg
-
         if self._pool is None:
             raise StoreUnavailableError("the receiver store is not open")
         try:
             async with self._pool.acquire() as conn:
                 return await fn(conn)
-        except (
-            OSError,
-            asyncpg.PostgresConnectionError,
-            asyncpg.CannotConnectNowError,
-            asyncpg.AdminShutdownError,
-            asyncpg.CrashShutdownError,
-            asyncpg.TooManyConnectionsError,
-        ) as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
 
     async def _fetch(self, name: str, *args: Any) -> list[Any]:

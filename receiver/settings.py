@@ -8,9 +8,7 @@ comma-separated (``A2A_RECEIVER_AGENTS=http://a:1/,http://b:2/``), API keys are
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -18,6 +16,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
+from a2a_push.settings_files import check_api_key, describe, key_pairs
+from a2a_push.settings_files import read_config_file as read_config_file  # re-exported
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
 
@@ -27,10 +28,6 @@ ENV_PREFIX: Final = "A2A_RECEIVER_"
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8090
 WEBHOOK_PATH: Final = "/webhooks/a2a"
-
-
-class SettingsError(ValueError):
-    """The configuration is invalid; the message names the setting and what to do."""
 
 
 class _Model(BaseModel):
@@ -118,12 +115,7 @@ class ClientKey(_Model):
     client_id: str = Field(min_length=1, max_length=128)
     api_key: SecretStr
 
-    @field_validator("api_key")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("an API key needs at least 16 characters")
-        return value
+    _long_enough = field_validator("api_key")(check_api_key)
 
 
 class ReceiverSettings(_Model):
@@ -190,33 +182,11 @@ def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
         if name == "agents":
             out[name] = [{"url": u.strip()} for u in raw.split(",") if u.strip()]
         elif name == "api_keys":
-            out[name] = [_client_key(pair, f"{ENV_PREFIX}API_KEYS") for pair in raw.split(",")]
+            out[name] = key_pairs(raw, f"{ENV_PREFIX}API_KEYS", "client_id", "client")
         else:
             del field
             out[name] = raw
     return out
-
-
-def _client_key(pair: str, where: str) -> dict[str, str]:
-    client, sep, key = pair.strip().partition(":")
-    if not sep or not client or not key:
-        raise SettingsError(f"{where}: expected client:key pairs, got {pair.strip()!r}")
-    return {"client_id": client, "api_key": key}
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """A TOML (``.toml``) or JSON config file as a dict."""
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise SettingsError(f"config file {path}: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        raise SettingsError(f"config file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SettingsError(f"config file {path}: the top level must be a table/object")
-    return data
 
 
 def load_settings(
@@ -246,8 +216,4 @@ def load_settings(
     try:
         return ReceiverSettings.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise SettingsError(f"invalid receiver settings: {problems}") from None
+        raise describe(exc, "receiver") from None

@@ -441,8 +441,6 @@ class WebhookVerifier:
             )
         except JWTVerificationError as exc:
             raise _unauthorized(exc.reason, f"the JWT was refused: {exc}") from exc
-        except RecursionError:
-            raise _unauthorized("malformed", "the JWT payload is nested too deeply") from None
         iat = float(claims["iat"])
         if abs(current - iat) > policy.freshness_seconds:
             raise _unauthorized("stale", "the JWT iat is outside the freshness window")

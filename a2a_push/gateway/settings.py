@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from a2a_push.settings_files import (
+    SettingsError,
+    check_api_key,
+    describe,
+    key_pairs,
+    read_config_file,
+)
+
 ENV_PREFIX: Final = "A2A_GATEWAY_"
 DEFAULT_PORT: Final = 8080
 
 
-class GatewaySettingsError(ValueError):
-    """The configuration is invalid; the message names the setting and what to do."""
+class GatewaySettingsError(SettingsError):
+    """The gateway's configuration is invalid; the message names the setting."""
 
 
 class _Model(BaseModel):
@@ -29,12 +35,7 @@ class AgentKey(_Model):
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
     api_key: SecretStr
 
-    @field_validator("api_key")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        if len(value.get_secret_value()) < 16:
-            raise ValueError("an API key needs at least 16 characters")
-        return value
+    _long_enough = field_validator("api_key")(check_api_key)
 
 
 class GatewaySettings(_Model):
@@ -75,16 +76,6 @@ class GatewaySettings(_Model):
         return self.database_url.startswith(("postgres://", "postgresql://"))
 
 
-def _pairs(raw: str, name: str) -> list[dict[str, str]]:
-    out = []
-    for pair in raw.split(","):
-        agent, sep, key = pair.strip().partition(":")
-        if not sep or not agent or not key:
-            raise GatewaySettingsError(f"{ENV_PREFIX}{name}: expected agent:key pairs")
-        out.append({"id": agent, "api_key": key})
-    return out
-
-
 def load_gateway_settings(
     *,
     config_file: Path | None = None,
@@ -93,32 +84,24 @@ def load_gateway_settings(
 ) -> GatewaySettings:
     """Merge file < environment < flags and validate, with messages naming the setting."""
     values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            text = config_file.read_text("utf-8")
-            data = tomllib.loads(text) if config_file.suffix == ".toml" else json.loads(text)
-        except (OSError, ValueError) as exc:
-            raise GatewaySettingsError(f"config file {config_file}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise GatewaySettingsError(f"config file {config_file}: expected a table/object")
-        values.update(data)
-    env = os.environ if environ is None else environ
-    for name in GatewaySettings.model_fields:
-        raw = env.get(ENV_PREFIX + name.upper())
-        if not raw:
-            continue
-        if name == "agents":
-            values[name] = _pairs(raw, "AGENTS")
-        elif name in ("admin_keys", "encryption_keys", "allow_webhook_hosts"):
-            values[name] = [v.strip() for v in raw.split(",") if v.strip()]
-        else:
-            values[name] = raw
+    try:
+        if config_file is not None:
+            values.update(read_config_file(config_file))
+        env = os.environ if environ is None else environ
+        for name in GatewaySettings.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if not raw:
+                continue
+            if name == "agents":
+                values[name] = key_pairs(raw, f"{ENV_PREFIX}AGENTS", "id", "agent")
+            elif name in ("admin_keys", "encryption_keys", "allow_webhook_hosts"):
+                values[name] = [v.strip() for v in raw.split(",") if v.strip()]
+            else:
+                values[name] = raw
+    except SettingsError as exc:
+        raise GatewaySettingsError(str(exc)) from None
     values.update({k: v for k, v in (overrides or {}).items() if v not in (None, [], ())})
     try:
         return GatewaySettings.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise GatewaySettingsError(f"invalid gateway settings: {problems}") from None
+        raise GatewaySettingsError(str(describe(exc, "gateway"))) from None

@@ -294,21 +294,14 @@ class PostgresGatewayState(GatewayState):
             self._pool = None
 
     async def _run(self, fn: Any) -> Any:
-        import asyncpg
+        from a2a_push.store.postgres import UNAVAILABLE_ERRORS
 
         if self._pool is None:
             raise StoreUnavailableError("the gateway state is not open")
         try:
             async with self._pool.acquire() as conn:
                 return await fn(conn)
-        except (
-            OSError,
-            asyncpg.PostgresConnectionError,
-            asyncpg.CannotConnectNowError,
-            asyncpg.AdminShutdownError,
-            asyncpg.CrashShutdownError,
-            asyncpg.TooManyConnectionsError,
-        ) as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
         except TimeoutError as exc:
             raise StoreUnavailableError("PostgreSQL did not answer in time") from exc

@@ -65,7 +65,7 @@ from .rows import RowMapping
 from .secrets import SecretBox
 from .sql import migrations, queries
 
-__all__ = ["NOTIFY_CHANNEL", "PostgresPoolOptions", "PostgresStore"]
+__all__ = ["NOTIFY_CHANNEL", "UNAVAILABLE_ERRORS", "PostgresPoolOptions", "PostgresStore"]
 
 NOTIFY_CHANNEL = "a2a_push_work"
 """The channel publishes, replays and releases notify; the payload is the schema name."""
@@ -87,7 +87,7 @@ _PENDING = DeliveryState.PENDING.value
 log = logging.getLogger("a2a_push.store.postgres")
 
 # Errors that mean "the database cannot be reached", as opposed to a bad query or value.
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # refused, reset, unreachable; TimeoutError (connect or command) is one too
     asyncpg.exceptions.PostgresConnectionError,  # SQLSTATE class 08, connection lost
     asyncpg.exceptions.CannotConnectNowError,  # starting up or shutting down
@@ -176,7 +176,7 @@ class PostgresStore(RowMapping, Store):
                     command_timeout=opts.command_timeout,
                     server_settings=settings,
                 )
-            except _UNAVAILABLE as exc:
+            except UNAVAILABLE_ERRORS as exc:
                 raise self._unavailable(exc) from exc
             try:
                 await self._migrate(pool)
@@ -209,7 +209,7 @@ class PostgresStore(RowMapping, Store):
                 finally:
                     if not conn.is_closed():
                         await conn.execute(_Q["unlock_migrations"], *lock)
-        except _UNAVAILABLE as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise self._unavailable(exc) from exc
 
     async def close(self) -> None:
@@ -225,7 +225,7 @@ class PostgresStore(RowMapping, Store):
         if pool is not None:
             try:
                 await asyncio.wait_for(pool.close(), self.pool_options.close_timeout)
-            except _UNAVAILABLE:  # TimeoutError (an OSError) included
+            except UNAVAILABLE_ERRORS:  # TimeoutError (an OSError) included
                 # Connections still busy or a server that is gone: drop them.
                 pool.terminate()
 
@@ -264,10 +264,10 @@ class PostgresStore(RowMapping, Store):
                 except Exception as exc:
                     # Whatever failed on a connection that is now closed failed because
                     # the connection was lost (asyncpg reports that in several ways).
-                    if isinstance(exc, _UNAVAILABLE) or _lost(conn):
+                    if isinstance(exc, UNAVAILABLE_ERRORS) or _lost(conn):
                         raise self._unavailable(exc) from exc
                     raise
-        except _UNAVAILABLE as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise self._unavailable(exc) from exc
 
     def _transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -1,0 +1,62 @@
+"""Loading service settings: config files, environment pairs, validation messages.
+
+Shared by the gateway and the receiver, so both read the same file formats and report a
+bad value the same way (the setting's path, then what is wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+
+MIN_API_KEY_LENGTH = 16
+
+
+class SettingsError(ValueError):
+    """The configuration is invalid; the message names the setting and what to do."""
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A TOML (``.toml``) or JSON config file as a dict."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise SettingsError(f"config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: the top level must be a table/object")
+    return data
+
+
+def key_pairs(raw: str, where: str, name_field: str, owner: str) -> list[dict[str, str]]:
+    """``a:k1,b:k2`` (an environment variable) as ``[{name_field: a, "api_key": k1}, ...]``."""
+    out = []
+    for pair in raw.split(","):
+        name, sep, key = pair.strip().partition(":")
+        if not sep or not name or not key:
+            raise SettingsError(f"{where}: expected {owner}:key pairs, got {pair.strip()!r}")
+        out.append({name_field: name, "api_key": key})
+    return out
+
+
+def check_api_key(value: SecretStr) -> SecretStr:
+    """A pydantic field check: API keys must be long enough to be guessed by no one."""
+    if len(value.get_secret_value()) < MIN_API_KEY_LENGTH:
+        raise ValueError(f"an API key needs at least {MIN_API_KEY_LENGTH} characters")
+    return value
+
+
+def describe(exc: ValidationError, what: str) -> SettingsError:
+    """One error naming every invalid setting by its path."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+        for err in exc.errors()
+    )
+    return SettingsError(f"invalid {what} settings: {problems}")
