@@ -328,6 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--grace-period", type=_non_negative_seconds, default=None, help=grace_help)
     prune.set_defaults(handler=_cmd_keys_prune)
 
+    # endpoints -------------------------------------------------------------------------
+    endpoints = command(
+        commands,
+        "endpoints",
+        "show a running gateway's endpoint health (breakers that are open)",
+        description="Ask a running gateway (its admin API) which webhook endpoints have an "
+        "open breaker, i.e. are failing and get no attempts for now.",
+    )
+    endpoints.add_argument("--gateway", required=True, metavar="URL", help="the gateway's URL")
+    endpoints.add_argument(
+        "--admin-key",
+        default=env.get("A2A_GATEWAY_ADMIN_KEY"),
+        metavar="KEY",
+        help="an admin key of the gateway (default: $A2A_GATEWAY_ADMIN_KEY)",
+    )
+    endpoints.add_argument("--json", action="store_true", help="print JSON")
+    endpoints.set_defaults(handler=_cmd_endpoints)
+
     # configs ---------------------------------------------------------------------------
     configs = command(
         commands,
@@ -815,6 +833,40 @@ def _run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> i
             return result
 
     return asyncio.run(run())
+
+
+def _cmd_endpoints(args: argparse.Namespace) -> int:
+    import aiohttp
+
+    if not args.admin_key:
+        raise CLIError("--admin-key (or $A2A_GATEWAY_ADMIN_KEY) is required", 2)
+    url = str(args.gateway).rstrip("/") + "/admin/endpoints"
+
+    async def fetch() -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {args.admin_key}"}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
+            session.get(url, headers=headers) as resp,
+        ):
+            return resp.status, await resp.json(content_type=None)
+
+    try:
+        status, data = asyncio.run(fetch())
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise CLIError(f"{url}: {type(exc).__name__}: {exc}; is the gateway running?") from None
+    if status != 200 or not isinstance(data, dict):
+        message = data.get("message") if isinstance(data, dict) else None
+        raise CLIError(f"{url} answered {status}: {message or 'no details'}")
+    opened = list(data.get("open", []))
+    if args.json:
+        print(json.dumps({"open": opened}, indent=2))
+    elif not opened:
+        print("every endpoint is healthy (no open breaker on this gateway replica)")
+    else:
+        print(f"{len(opened)} endpoint(s) with an open breaker (no attempts for now):")
+        for endpoint in opened:
+            print(f"  {endpoint}")
+    return 0
 
 
 def _cmd_configs_toggle(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import aiohttp
@@ -313,3 +314,20 @@ async def test_large_events_are_read_whole_and_keys_rotate_sealed(tmp_path: Path
         assert gw.notifier.keyset.active.kid != before
     raw = (tmp_path / "outbox-gateway.db").read_bytes()
     assert b"PRIVATE KEY" not in raw  # sealed at rest
+
+
+async def test_cli_shows_endpoint_health_from_the_admin_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, gw):
+        argv = ["endpoints", "--gateway", url, "--admin-key", ADMIN_KEY]
+        assert await asyncio.to_thread(cli_main, argv) == 0
+        assert "healthy" in capsys.readouterr().out
+        health = gw.notifier.dispatcher.health
+        for _ in range(health.failure_threshold):  # the endpoint keeps failing: its breaker opens
+            health.record_failure("http://127.0.0.1:9", time.time())
+        assert await asyncio.to_thread(cli_main, [*argv, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"open": ["http://127.0.0.1:9"]}
+        bad = ["endpoints", "--gateway", url, "--admin-key", "wrong-key-wrong-key"]
+        assert await asyncio.to_thread(cli_main, bad) == 1
+        assert "401" in capsys.readouterr().err
