@@ -283,6 +283,30 @@ async def test_a_slow_endpoint_does_not_delay_others(
         assert time.monotonic() - started < 1.0
 
 
+async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # Many lanes to one slow endpoint with a small cap: the dispatcher claims no more
+    # than the endpoint can take, so none of it is handed back to the outbox (each
+    # hand-back costs a write and a later claim). claim_batch=2: back-to-back claims.
+    n = await make_notifier(dispatcher=DispatcherOptions(per_endpoint=2, claim_batch=2))
+    sink.set_default("/slow", SinkResponse(200, delay=0.02))
+    tasks = [f"t{i}" for i in range(30)]
+    for t in tasks:
+        await n.register_config(hook(sink, "/slow"), owner="o", task_id=t)
+    for round_ in range(2):
+        await asyncio.gather(
+            *(n.publish(t, status(t, TaskState.WORKING, str(round_))) for t in tasks)
+        )
+    await sink.wait_for(60, timeout=20, path="/slow")
+    await n.dispatcher.wait_idle(5)
+    samples = n.metrics.registry
+    delivered = samples.get_sample_value("a2a_push_deliveries_total", {"outcome": "delivered"})
+    deferred = samples.get_sample_value("a2a_push_deliveries_total", {"outcome": "deferred"})
+    assert delivered == 60
+    assert not deferred
+
+
 def _assert_snapshot_first_and_in_order(sink: WebhookSink, paths: list[str]) -> None:
     """Every config's first webhook is the task snapshot, and its seq never goes back."""
     for path in paths:

@@ -93,6 +93,9 @@ async def test_delete_config_dead_letters_its_pending_deliveries(store: Store) -
     assert d is not None and d.state is DeliveryState.DEAD and d.last_error == "config deleted"
     assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW) == []
     assert await store.get_config_by_key(c.key) is None
+    # A deleted config's deliveries can still be listed by its key.
+    listed = await store.list_deliveries(DeliveryFilter(config_key=c.key))
+    assert [x.id for x in listed] == [delivery_id]
 
 
 # ---- enqueue --------------------------------------------------------------------------
@@ -380,6 +383,10 @@ async def test_list_deliveries_filters_and_pages(store: Store) -> None:
     by_config = await store.list_deliveries(DeliveryFilter(config_key=a.key, limit=2))
     rest = await store.list_deliveries(DeliveryFilter(config_key=a.key, after_id=by_config[-1].id))
     assert len(by_config) == 2 and len(rest) == 1
+    assert {d.config_key for d in [*by_config, *rest]} == {a.key}
+    both = await store.list_deliveries(DeliveryFilter(task_id="task-1", config_key=a.key))
+    assert [d.id for d in both] == [d.id for d in [*by_config, *rest]]
+    assert await store.list_deliveries(DeliveryFilter(task_id="task-2", config_key=a.key)) == []
     assert await store.list_deliveries(DeliveryFilter(created_after=NOW + 1)) == []
 
 

@@ -76,6 +76,8 @@ class Dispatcher:
         self._slot_freed = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_endpoint: _Counter[str] = _Counter()
+        # Deliveries claimed and not yet finished, per endpoint (chained lanes included).
+        self._held: _Counter[str] = _Counter()
         self._waiting: _Counter[str] = _Counter()
         self._endpoint_freed: dict[str, asyncio.Event] = {}
         self._runner: asyncio.Task[None] | None = None
@@ -126,6 +128,7 @@ class Dispatcher:
             "running": runner is not None and not runner.done(),
             "in_flight": len(self._in_flight),
             "per_endpoint": dict(self._per_endpoint),
+            "held": dict(self._held),
             "waiting": dict(self._waiting),
             "stopping": self._stopping,
         }
@@ -163,7 +166,10 @@ class Dispatcher:
                 await self._sleep(opts.poll_interval)
                 continue
             for delivery in claimed:
-                task = asyncio.create_task(self._deliver(delivery))
+                held = _endpoint_or_none(delivery)
+                if held is not None:
+                    self._held[held] += 1
+                task = asyncio.create_task(self._deliver(delivery, held))
                 self._in_flight[delivery.id] = task
                 self._idle.clear()
             self.metrics.in_flight.set(len(self._in_flight))
@@ -194,7 +200,7 @@ class Dispatcher:
 
     # ---- one delivery ------------------------------------------------------------------
 
-    async def _deliver(self, delivery: Delivery) -> None:
+    async def _deliver(self, delivery: Delivery, held: str | None) -> None:
         current = delivery
         try:
             config = delivery.config
@@ -223,6 +229,10 @@ class Dispatcher:
                     await self._drop_unsendable(nxt)
                     break
                 endpoint = endpoint_of(config.url)  # the config may have been replaced
+                if endpoint != held:
+                    self._unhold(held)
+                    held = endpoint
+                    self._held[endpoint] += 1
                 retry_at = self.health.admit(endpoint, time.time())
                 if retry_at is not None:
                     await self._defer(nxt, retry_at)
@@ -240,6 +250,7 @@ class Dispatcher:
                 )
                 self.metrics.deliveries.labels("dead").inc()
         finally:
+            self._unhold(held)
             self._in_flight.pop(current.id, None)
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot_freed.set()
@@ -256,10 +267,23 @@ class Dispatcher:
         self.metrics.deliveries.labels("dead").inc()
 
     def _unavailable_endpoints(self) -> set[str]:
-        """Endpoints not to claim for now: saturated here, or with an open breaker."""
+        """Endpoints not to claim for now: saturated here, or with an open breaker.
+
+        An endpoint holding ``per_endpoint`` claimed deliveries is saturated. One claim
+        hands out at most ``per_endpoint`` more lanes per endpoint, so an endpoint never
+        holds more than its in-flight cap plus its waiting queue (both ``per_endpoint``),
+        and claimed work is not handed back for want of a slot.
+        """
         cap = self.options.per_endpoint
-        busy = {e for e, n in self._per_endpoint.items() if n + self._waiting[e] >= cap}
+        busy = {e for e, n in self._held.items() if n >= cap}
         return busy | self.health.open_endpoints()
+
+    def _unhold(self, endpoint: str | None) -> None:
+        if endpoint is None:
+            return
+        self._held[endpoint] -= 1
+        if self._held[endpoint] <= 0:
+            del self._held[endpoint]
 
     def _release_endpoint_slot(self, endpoint: str) -> None:
         self._per_endpoint[endpoint] -= 1
@@ -505,6 +529,11 @@ class Dispatcher:
             )
         await self.store.complete([outcome])
         return None
+
+
+def _endpoint_or_none(delivery: Delivery) -> str | None:
+    config = delivery.config
+    return endpoint_of(config.url) if config is not None else None
 
 
 class _EndpointBusy(Exception):

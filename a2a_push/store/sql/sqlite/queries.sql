@@ -34,6 +34,9 @@ SELECT key, protocol_version, endpoint FROM configs WHERE task_id = ? AND enable
 -- name: enabled_task_configs
 SELECT * FROM configs WHERE task_id = ? AND enabled = 1;
 
+-- name: config_task
+SELECT task_id FROM configs WHERE key = ?;
+
 -- name: delete_config
 DELETE FROM configs WHERE key = ?;
 
@@ -53,7 +56,9 @@ SELECT key, secrets FROM configs WHERE secrets IS NOT NULL;
 UPDATE configs SET secrets = ? WHERE key = ?;
 
 -- name: dead_letter_config_deliveries
-UPDATE deliveries SET state = 'dead', last_error = ?, updated_at = ?
+-- The config's pending work, through the index that leads with config_key.
+UPDATE deliveries INDEXED BY deliveries_pending_by_lane
+SET state = 'dead', last_error = ?, updated_at = ?
 WHERE config_key = ? AND state = 'pending';
 
 -- name: delete_config_lanes
