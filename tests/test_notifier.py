@@ -307,6 +307,41 @@ async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(
     assert not deferred
 
 
+async def test_busy_tasks_take_turns_with_others_at_a_saturated_endpoint(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # Two tasks with a deep backlog fill the endpoint's two slots, each chaining through
+    # its own lane. A third task's event, queued after both backlogs, must not wait for
+    # them to drain: chains hand their lane back after CHAIN_LIMIT events, and a lane
+    # handed back queues behind the lanes that were already waiting.
+    n = await make_notifier(dispatcher=DispatcherOptions(per_endpoint=2))
+    sink.set_default("/busy", SinkResponse(200, delay=0.01))
+    for t in ("hot1", "hot2", "cold"):
+        await n.register_config(hook(sink, "/busy"), owner="o", task_id=t)
+    backlog = 150
+    for i in range(backlog):
+        await asyncio.gather(
+            *(n.publish(t, status(t, TaskState.WORKING, str(i))) for t in ("hot1", "hot2"))
+        )
+    await sink.wait_for(4, timeout=5, path="/busy")  # both chains are running
+    await n.publish("cold", status("cold", TaskState.WORKING, "cold"))
+
+    def cold_seen() -> bool:
+        return any(json.loads(r.body)["statusUpdate"]["taskId"] == "cold" for r in sink.on("/busy"))
+
+    await wait_until(lambda: asyncio.sleep(0, cold_seen()), timeout=10)
+    hot_so_far = len(sink.on("/busy")) - 1
+    assert hot_so_far < backlog, f"the cold task waited for {hot_so_far} hot webhooks"
+    await sink.wait_for(2 * backlog + 1, timeout=20, path="/busy")
+    for t in ("hot1", "hot2"):  # and each busy task's order held throughout
+        numbers = [
+            int(json.loads(r.body)["statusUpdate"]["metadata"]["n"])
+            for r in sink.on("/busy")
+            if json.loads(r.body)["statusUpdate"]["taskId"] == t
+        ]
+        assert numbers == list(range(backlog))
+
+
 def _assert_snapshot_first_and_in_order(sink: WebhookSink, paths: list[str]) -> None:
     """Every config's first webhook is the task snapshot, and its seq never goes back."""
     for path in paths:

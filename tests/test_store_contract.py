@@ -259,6 +259,25 @@ async def test_lanes_are_independent(store: Store) -> None:
     assert sorted(d.task_id for d in claimed) == ["t1", "t2"]
 
 
+async def test_a_lane_that_finished_a_delivery_queues_behind_waiting_lanes(store: Store) -> None:
+    # t1 has two events queued before t2's one. Once t1's first is delivered, t2 (waiting
+    # since it was queued) comes before t1's second: lanes take turns.
+    await store.put_config(config("t1", id="a"))
+    await store.put_config(config("t2", id="a"))
+    await store.enqueue("t1", "statusUpdate", body_for, new_id=ids(), now=NOW)
+    await store.enqueue("t1", "statusUpdate", body_for, new_id=ids(), now=NOW)
+    await store.enqueue("t2", "statusUpdate", body_for, new_id=ids(), now=NOW + 1)
+    (first,) = await store.claim_due(1, lease_seconds=30, worker_id="w", now=NOW + 2)
+    assert first.task_id == "t1" and first.seq == 1
+    await store.complete([done(first, status=200)], now=NOW + 3)
+    order = []
+    for at in (NOW + 4, NOW + 5):
+        (d,) = await store.claim_due(1, lease_seconds=30, worker_id="w", now=at)
+        order.append((d.task_id, d.seq))
+        await store.complete([done(d, status=200)], now=at)
+    assert order == [("t2", 1), ("t1", 2)]
+
+
 async def test_retry_reschedules_and_blocks_the_lane_until_due(store: Store) -> None:
     await store.put_config(config(id="a"))
     await enqueue(store)

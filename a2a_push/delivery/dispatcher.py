@@ -29,6 +29,11 @@ from .webhook import webhook_headers
 
 log = logging.getLogger("a2a_push.dispatcher")
 
+# A delivery that succeeds leases its lane's next event at once (no claim round), at
+# most this many times in a row; then the lane goes back to the outbox behind the lanes
+# already waiting, so a few busy tasks cannot keep an endpoint's slots from the others.
+CHAIN_LIMIT = 16
+
 
 @dataclass(frozen=True)
 class DispatcherOptions:
@@ -212,8 +217,12 @@ class Dispatcher:
             if retry_at is not None:
                 await self._defer(delivery, retry_at)
                 return
+            chained = 0
             while True:
-                nxt = await self._attempt_and_record(current, config, endpoint)
+                chained += 1
+                nxt = await self._attempt_and_record(
+                    current, config, endpoint, claim_next=chained < CHAIN_LIMIT
+                )
                 if nxt is None:
                     break
                 # The lane's next event was due and is leased to us: send it now, without
@@ -324,10 +333,10 @@ class Dispatcher:
                 self._endpoint_freed.pop(endpoint, None)
 
     async def _attempt_and_record(
-        self, delivery: Delivery, config: StoredConfig, endpoint: str
+        self, delivery: Delivery, config: StoredConfig, endpoint: str, *, claim_next: bool
     ) -> Delivery | None:
-        """One claim's attempts and their outcome; returns the lane's next delivery when
-        it was due and could be leased at once."""
+        """One claim's attempts and their outcome; with ``claim_next``, returns the lane's
+        next delivery when it was due and could be leased at once."""
         attempts = delivery.attempts
         first_round = delivery.rounds == 0
 
@@ -387,7 +396,7 @@ class Dispatcher:
                 attempts,
                 status=status,
                 clear_failing=config.failing_since is not None,
-                claim_next=not self._stopping,
+                claim_next=claim_next and not self._stopping,
             )
             self.metrics.end_to_end_latency.observe(max(0.0, now - delivery.created_at))
         elif verdict is Verdict.GONE:
@@ -533,7 +542,12 @@ class Dispatcher:
 
 def _endpoint_or_none(delivery: Delivery) -> str | None:
     config = delivery.config
-    return endpoint_of(config.url) if config is not None else None
+    if config is None:
+        return None
+    try:
+        return endpoint_of(config.url)
+    except Exception:  # a malformed stored URL: _deliver dead-letters it, uncounted
+        return None
 
 
 class _EndpointBusy(Exception):

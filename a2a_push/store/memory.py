@@ -29,6 +29,9 @@ class _Lane:
     pending: list[str] = field(default_factory=list)
     lease_owner: str | None = None
     lease_until: float = 0.0
+    # When the lane last finished a delivery: it is not due before then, so a lane that
+    # keeps getting work queues behind lanes that were already waiting (round robin).
+    requeued_at: float = 0.0
 
 
 class MemoryStore(Store):
@@ -222,7 +225,7 @@ class MemoryStore(Store):
     ) -> list[Delivery]:
         now = time.time() if now is None else now
         due = [
-            (self._head(lane).next_attempt_at, lane_key)
+            (max(self._head(lane).next_attempt_at, lane.requeued_at), lane_key)
             for lane_key, lane in self._lanes.items()
             if lane.pending and lane.lease_until <= now and self._head(lane).next_attempt_at <= now
         ]
@@ -287,6 +290,7 @@ class MemoryStore(Store):
                     lane.pending.remove(d.id)
             if lane is not None:
                 lane.lease_owner, lane.lease_until = None, 0.0
+                lane.requeued_at = now
                 if not lane.pending:
                     del self._lanes[lane_key]
             config = self._configs.get(o.config_key)

@@ -739,9 +739,11 @@ async def _apply_outcome(
         )
     if _rowcount(status):
         if lease_next is not None and o.disable_config is None and o.kind != "defer":
-            leased = await _advance_lane(conn, o.config_key, o.task_id, lease_next=lease_next)
+            leased = await _advance_lane(
+                conn, o.config_key, o.task_id, lease_next=lease_next, now=at
+            )
         else:
-            await _advance_lane(conn, o.config_key, o.task_id)
+            await _advance_lane(conn, o.config_key, o.task_id, now=at)
     if o.config_failing_since is not None:
         await conn.execute(_Q["set_config_failing_since"], o.config_failing_since, o.config_key)
     if o.clear_config_failing:
@@ -758,11 +760,14 @@ async def _advance_lane(
     *,
     keep_lease: bool = False,
     lease_next: tuple[float, float, str] | None = None,
+    now: float | None = None,
 ) -> str | None:
     """Point the lane at its lowest-seq pending delivery, or drop it when empty.
 
     With ``lease_next`` = (now, lease until, worker) and that delivery due now, lease the
-    lane to the worker in the same statement and return the delivery's id.
+    lane to the worker in the same statement and return the delivery's id. Otherwise the
+    lane is due at its head's next attempt, but not before ``now``: a lane that keeps
+    getting work queues behind the lanes already waiting (round robin between lanes).
     """
     head = await conn.fetchrow(_Q["lane_head"], config_key, task_id)
     if head is None:
@@ -781,9 +786,8 @@ async def _advance_lane(
             # In flight: the worker's outcome will advance the lane; just fix the head.
             await conn.execute(_Q["set_lane_head_only"], head["id"], config_key, task_id)
             return None
-    await conn.execute(
-        _Q["set_lane_head"], config_key, task_id, head["id"], head["next_attempt_at"]
-    )
+    due = head["next_attempt_at"] if now is None else max(head["next_attempt_at"], now)
+    await conn.execute(_Q["set_lane_head"], config_key, task_id, head["id"], due)
     return None
 
 

@@ -460,7 +460,7 @@ class SQLiteStore(RowMapping, Store):
             for row in rows:
                 if row["state"] != DeliveryState.PENDING.value:
                     # A lane whose head is no longer pending: repair it (never expected).
-                    _advance_lane(conn, row["lane_config_key"], row["lane_task_id"])
+                    _advance_lane(conn, row["lane_config_key"], row["lane_task_id"], now=at)
                     continue
                 claimed.append(self._claimed_from_row(row))
                 leases.append(
@@ -661,9 +661,9 @@ def _apply_outcome(
         ).rowcount
     if changed:
         if lease_next is not None and o.disable_config is None and o.kind != "defer":
-            leased = _advance_lane(conn, o.config_key, o.task_id, lease_next=lease_next)
+            leased = _advance_lane(conn, o.config_key, o.task_id, lease_next=lease_next, now=at)
         else:
-            _advance_lane(conn, o.config_key, o.task_id)
+            _advance_lane(conn, o.config_key, o.task_id, now=at)
     if o.config_failing_since is not None:
         conn.execute(_Q["set_config_failing_since"], (o.config_failing_since, o.config_key))
     if o.clear_config_failing:
@@ -680,11 +680,14 @@ def _advance_lane(
     *,
     keep_lease: bool = False,
     lease_next: tuple[float, float, str] | None = None,
+    now: float | None = None,
 ) -> str | None:
     """Point the lane at its lowest-seq pending delivery, or drop it when empty.
 
     With ``lease_next`` = (now, lease until, worker) and that delivery due now, lease the
-    lane to the worker in the same statement and return the delivery's id.
+    lane to the worker in the same statement and return the delivery's id. Otherwise the
+    lane is due at its head's next attempt, but not before ``now``: a lane that keeps
+    getting work queues behind the lanes already waiting (round robin between lanes).
     """
     head = conn.execute(_Q["lane_head"], (config_key, task_id)).fetchone()
     if head is None:
@@ -702,7 +705,8 @@ def _advance_lane(
             # In flight: the worker's outcome will advance the lane; just fix the head.
             conn.execute(_Q["set_lane_head_only"], (head["id"], config_key, task_id))
             return None
-    conn.execute(_Q["set_lane_head"], (config_key, task_id, head["id"], head["next_attempt_at"]))
+    due = head["next_attempt_at"] if now is None else max(head["next_attempt_at"], now)
+    conn.execute(_Q["set_lane_head"], (config_key, task_id, head["id"], due))
     return None
 
 

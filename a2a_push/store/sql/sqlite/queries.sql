@@ -174,8 +174,11 @@ WHERE id = ? AND state = 'dead'
 RETURNING config_key, task_id;
 
 -- name: purge_deliveries
+-- "state != 'pending'" lets the partial index deliveries_finished_by_age serve it.
 DELETE FROM deliveries WHERE id IN (
-    SELECT id FROM deliveries WHERE state = ? AND updated_at < ? LIMIT ?
+    SELECT id FROM deliveries
+    WHERE state = ? AND state != 'pending' AND updated_at < ?
+    LIMIT ?
 );
 
 -- name: next_due_at
