@@ -13,6 +13,7 @@ import hmac
 import inspect
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -47,7 +48,7 @@ from .verify import (
     presented_jwt,
     presented_token,
     token_digest,
-    unverified_issuer,
+    unverified_claims,
 )
 
 log = logging.getLogger(__name__)
@@ -88,23 +89,26 @@ def error_body(reason: str, message: str) -> dict[str, Any]:
 
 
 class _RateLimiter:
-    """A token bucket per agent: ``rate`` webhooks/s with a burst of one second's worth."""
+    """A token bucket per agent: ``rate`` webhooks/s with a burst of one second's worth
+    (at least one webhook, so a rate below 1/s still lets one through now and then)."""
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
+        self.burst = max(1.0, rate)
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def allow(self, key: str) -> bool:
+    def wait(self, key: str) -> float:
+        """0 when a webhook may pass now (and takes its token); else seconds to wait."""
         if self.rate <= 0:
-            return True
+            return 0.0
         now = time.monotonic()
-        tokens, at = self._buckets.get(key, (self.rate, now))
-        tokens = min(self.rate, tokens + (now - at) * self.rate)
+        tokens, at = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
         if tokens < 1:
             self._buckets[key] = (tokens, now)
-            return False
+            return (1 - tokens) / self.rate
         self._buckets[key] = (tokens - 1, now)
-        return True
+        return 0.0
 
 
 _URGENT_STATES: Final = frozenset(
@@ -167,10 +171,15 @@ class Receiver:
         self._session: aiohttp.ClientSession | None = None
         self._verifiers: dict[str, WebhookVerifier] = {}
         self._clients: dict[str, AgentClient] = {}
-        self._by_issuer: dict[str, AgentSettings] = {}
-        for agent in settings.agents:
+        # Several agents may share an issuer (e.g. agents at paths of one host, or behind
+        # one gateway): each issuer keeps every agent that accepts it, those whose own
+        # URL it is first.
+        self._by_issuer: dict[str, list[AgentSettings]] = {}
+        for agent in sorted(settings.agents, key=lambda a: len(a.issuers)):
             for issuer in agent.issuers:
-                self._by_issuer.setdefault(issuer, agent)
+                self._by_issuer.setdefault(issuer, []).append(agent)
+        for issuer, agents in self._by_issuer.items():
+            agents.sort(key=lambda a: a.key != issuer.rstrip("/"))
         self._api_keys: dict[str, str] = {}  # key digest -> client id
         self._callbacks: list[UpdateCallback] = []
         self._new_event = asyncio.Event()
@@ -379,8 +388,14 @@ class Receiver:
         candidates, sub = await self._identify(headers)
         agent, verified = await self._verify(candidates, sub, headers, body)
         # After verification: forged requests naming an agent must not use up its budget.
-        if not self._limiter.allow(agent.key):
-            raise WebhookRejected(429, "rate_limited", "too many webhooks; retry later")
+        wait = self._limiter.wait(agent.key)
+        if wait > 0:
+            raise WebhookRejected(
+                429,
+                "rate_limited",
+                "too many webhooks; retry later",
+                retry_after=max(1, math.ceil(wait)),
+            )
         kind, task_id, urgent = _body_task(body)
         if await self.store.seen(agent.key, verified.dedup_key):
             return 200, {"status": "duplicate"}
@@ -420,10 +435,14 @@ class Receiver:
         """
         jwt_value = presented_jwt(headers)
         if jwt_value is not None:
-            issuer = unverified_issuer(jwt_value)
-            agent = self._by_issuer.get(issuer) if issuer else None
-            if agent is not None and AuthMethod.JWT in agent.methods:
-                return [agent], None
+            claims = unverified_claims(jwt_value)
+            issuer = claims.get("iss")
+            agents = self._by_issuer.get(issuer, []) if isinstance(issuer, str) else []
+            agents = [a for a in agents if AuthMethod.JWT in a.methods]
+            if len(agents) > 1:
+                agents = await self._likely_first(agents, claims)
+            if agents:
+                return agents, None
         token = presented_token(headers)
         if token is not None:
             sub = await self.store.subscription_by_token(token_digest(token))
@@ -442,6 +461,26 @@ class Receiver:
         if jwt_value is not None:
             raise WebhookRejected(401, "unknown_issuer", "the JWT issuer is not a trusted agent")
         raise WebhookRejected(401, "no_credentials", "the request is not authenticated")
+
+    async def _likely_first(
+        self, agents: list[AgentSettings], claims: Mapping[str, Any]
+    ) -> list[AgentSettings]:
+        """Agents sharing an issuer, the one the (unverified) JWT is likely from first:
+        the agent of the subscription its configId names, else one subscribed to its
+        taskId. Verification with that agent's keys still decides."""
+        keys = [a.key for a in agents]
+        likely: str | None = None
+        config_id, task_id = claims.get("configId"), claims.get("taskId")
+        if isinstance(config_id, str) and config_id:
+            sub = await self.store.get_subscription(config_id)
+            if sub is not None and sub.agent_url in keys:
+                likely = sub.agent_url
+        if likely is None and isinstance(task_id, str) and task_id:
+            for key in keys:
+                if await self.store.subscriptions_for_task(key, task_id):
+                    likely = key
+                    break
+        return sorted(agents, key=lambda a: a.key != likely)
 
     async def _verify(
         self,
@@ -550,7 +589,11 @@ class Receiver:
                 raise ClientError(404, "task_not_found", str(exc)) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
         assert self.fetcher is not None
-        self.fetcher.want(agent.key, task_id, 0, urgent=True)  # the current state, now
+        # The current state, now. Numbered like the snapshot already stored (if another
+        # subscription fetched this task before), so it may replace it: a lower number
+        # would mark it as older than what is stored, and it would be dropped.
+        known = await self.store.get_snapshot(agent.key, task_id)
+        self.fetcher.want(agent.key, task_id, known.generation if known else 0, urgent=True)
         return sub, True
 
     async def own_subscription(self, client_id: str, subscription_id: str) -> Subscription:
@@ -562,14 +605,22 @@ class Receiver:
     async def unsubscribe(self, client_id: str, subscription_id: str) -> tuple[Subscription, bool]:
         """Delete locally (webhooks then get 410) and on the agent; (subscription, removed)."""
         sub = await self.own_subscription(client_id, subscription_id)
-        if sub.state is SubscriptionState.DELETED:
-            return sub, True
-        deleted = await self.store.delete_subscription(sub.id, now=time.time())
-        assert deleted is not None
+        deleted = sub
+        if sub.state is not SubscriptionState.DELETED:
+            found = await self.store.delete_subscription(sub.id, now=time.time())
+            assert found is not None
+            deleted = found
+        # Asked again for a deleted subscription, the agent is asked again too: an
+        # earlier attempt may have failed. A config the agent no longer has is removed.
         try:
             await self._clients[sub.agent_url].delete_push_config(sub.task_id, sub.id)
-        except (AgentCallError, KeyError) as exc:
+        except AgentCallError as exc:
+            if exc.task_not_found:
+                return deleted, True
             log.warning("could not remove push config %s on the agent: %s", sub.id, exc)
+            return deleted, False
+        except KeyError:
+            log.warning("push config %s: its agent is no longer configured", sub.id)
             return deleted, False
         return deleted, True
 
@@ -680,7 +731,7 @@ def create_app(
             raise ClientError(413, "too_large", "the body is over 64 KiB")
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ClientError(400, "malformed", "the body is not valid JSON") from None
         if not isinstance(data, dict):
             raise ClientError(400, "malformed", "the body must be a JSON object")

@@ -10,12 +10,30 @@ from typing import Any
 
 from aiohttp import web
 
-from .settings import DEFAULT_HOST, DEFAULT_PORT, ENV_PREFIX, SettingsError, load_settings
+from .settings import (
+    CONFIG_ENV,
+    DEFAULT_HOST,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_PORT,
+    ENV_PREFIX,
+    ReceiverSettings,
+    SettingsError,
+    load_settings,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The receiver's options (shared by ``a2a-push receiver`` and ``python -m receiver``)."""
-    parser.add_argument("--config", type=Path, metavar="FILE", help="a TOML or JSON config file")
+    """The receiver's options (shared by ``a2a-push receiver`` and ``python -m receiver``).
+
+    Every option but ``--config`` is also a config-file key and an ``A2A_RECEIVER_<NAME>``
+    environment variable; flags default to None so that those apply when a flag is absent.
+    """
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help=f"a TOML or JSON config file (default: ${CONFIG_ENV}, if set)",
+    )
     parser.add_argument("--host", help=f"listen address (default: {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, help=f"listen port (default: {DEFAULT_PORT})")
     parser.add_argument(
@@ -24,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="URL",
         dest="agents",
-        help="an agent's A2A JSON-RPC URL to trust (repeat for several); per-agent options "
-        "(auth methods, JWKS URL, credentials) go in the config file",
+        help="an agent's A2A JSON-RPC URL to trust (repeat for several). The list replaces "
+        f"{ENV_PREFIX}AGENTS and the config file's agents, but a URL the config file lists "
+        "keeps its per-agent options there (auth methods, JWKS URL, credentials)",
     )
     parser.add_argument("--data-dir", type=Path, metavar="DIR", help="default: ./receiver-data")
     parser.add_argument("--database", metavar="PATH", help="default: DIR/receiver.db")
@@ -37,16 +56,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
         metavar="N",
         help="serve with N processes sharing the port and the store (default: 1); "
         "verification is CPU-bound, so up to one per core",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default="INFO", help="default: INFO")
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        help=f"DEBUG, INFO, WARNING, ERROR or CRITICAL (default: {DEFAULT_LOG_LEVEL})",
+    )
     parser.add_argument(
         "--access-log",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
 
@@ -61,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         "data_dir": args.data_dir,
         "database": args.database,
         "public_url": args.public_url,
+        "workers": args.workers,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
     }
     try:
         settings = load_settings(
@@ -77,14 +102,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     logging.basicConfig(
-        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    workers = int(getattr(args, "workers", 1) or 1)
-    if workers < 1:
-        print("receiver: error: --workers must be at least 1", file=sys.stderr)
-        return 2
-    if workers > 1 and not args.worker:
-        return _supervise(args, settings, workers)
+    if settings.workers > 1 and not args.worker:
+        return _supervise(args, settings)
     app = create_app(settings)
     print(
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
@@ -96,14 +117,14 @@ def run(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         print=None,
-        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+        access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
         reuse_port=True if args.worker else None,
     )
     return 0
 
 
-def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
-    """Run ``workers`` receiver processes on one port (SO_REUSEPORT) and one store.
+def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
+    """Run ``settings.workers`` receiver processes on one port (SO_REUSEPORT) and one store.
 
     The store's schema and the generated API keys are set up here first, so the workers
     never race to create them. SIGTERM / SIGINT are passed on; the exit code is the
@@ -123,8 +144,8 @@ def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
         await receiver.store.close()
 
     asyncio.run(prepare())
-    command = [sys.executable, "-m", "receiver", *_worker_argv(args)]
-    procs = [subprocess.Popen(command) for _ in range(workers)]  # noqa: S603
+    command = [sys.executable, "-m", "receiver", *_worker_argv(args, settings)]
+    procs = [subprocess.Popen(command) for _ in range(settings.workers)]  # noqa: S603
 
     def forward(signum: int, _frame: object) -> None:
         for proc in procs:
@@ -162,9 +183,14 @@ def _supervise(args: argparse.Namespace, settings: Any, workers: int) -> int:
     return next((c for c in codes if c not in (0, -signal.SIGTERM, -signal.SIGINT)), 0)
 
 
-def _worker_argv(args: argparse.Namespace) -> list[str]:
-    """The options of one worker: the same settings, and ``--worker``."""
-    out = ["--worker", "--log-level", str(args.log_level)]
+def _worker_argv(args: argparse.Namespace, settings: ReceiverSettings) -> list[str]:
+    """The options of one worker: the same settings, and ``--worker``.
+
+    A worker inherits the environment and reads the same config file; the flags given here
+    are passed on, and logging as the supervisor resolved it.
+    """
+    out = ["--worker", "--log-level", settings.log_level]
+    out.append("--access-log" if settings.access_log else "--no-access-log")
     for flag, value in (
         ("--config", args.config),
         ("--host", args.host),
@@ -177,8 +203,6 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
             out += [flag, str(value)]
     for agent in args.agents:
         out += ["--agent", agent]
-    if args.access_log:
-        out.append("--access-log")
     return out
 
 

@@ -242,12 +242,15 @@ class TaskFetcher:
             task = await self._get_task(client, task_id)
         except AgentCallError as exc:
             self._metrics.fetches.labels("error").inc()
-            if exc.retryable:
-                log.warning("GetTask %s on %s: %s; will try again later", task_id, agent_url, exc)
-                return False
-            log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
-            await self._store.mark_fetched(agent_url, task_id, up_to)
-            return True
+            if exc.task_not_found:
+                # The agent no longer has the task: there is nothing left to fetch.
+                log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
+                await self._store.mark_fetched(agent_url, task_id, up_to)
+                return True
+            # Anything else (the agent down, refusing our credentials, answering nonsense)
+            # may be fixed on its side: the accepted notifications stay pending.
+            log.warning("GetTask %s on %s: %s; will try again later", task_id, agent_url, exc)
+            return False
         self._metrics.fetch_latency.observe(time.perf_counter() - started)
         self._metrics.fetches.labels("ok").inc()
         event = await self._store.save_snapshot(

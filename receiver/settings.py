@@ -3,7 +3,12 @@
 Every setting has one definition here; the loaders only say where values come from.
 Environment variables are ``A2A_RECEIVER_<NAME>`` (``A2A_RECEIVER_PORT=8090``); lists are
 comma-separated (``A2A_RECEIVER_AGENTS=http://a:1/,http://b:2/``), API keys are
-``client:key`` pairs (``A2A_RECEIVER_API_KEYS=alice:k1,bob:k2``).
+``client:key`` pairs (``A2A_RECEIVER_API_KEYS=alice:k1,bob:k2``). ``A2A_RECEIVER_CONFIG``
+names the config file when no ``--config`` is given.
+
+A list of agent URLs from the environment or from flags replaces the file's ``agents``,
+but an agent it names that the file also lists (same URL, trailing slash aside) keeps the
+file's per-agent options (auth methods, credentials, JWKS URL, ...).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -28,6 +33,10 @@ ENV_PREFIX: Final = "A2A_RECEIVER_"
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8090
 WEBHOOK_PATH: Final = "/webhooks/a2a"
+CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
+DEFAULT_LOG_LEVEL: Final = "INFO"
+
+LogLevel: TypeAlias = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 
 class _Model(BaseModel):
@@ -152,6 +161,18 @@ class ReceiverSettings(_Model):
         default=0.0, ge=0, description="webhooks/s per agent before 429; 0 = unlimited"
     )
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="processes serving on the port and sharing the store; up to one per core",
+    )
+    log_level: LogLevel = Field(default=DEFAULT_LOG_LEVEL, description="case-insensitive")
+    access_log: bool = Field(default=False, description="log every HTTP request")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @property
     def base_url(self) -> str:
@@ -173,19 +194,48 @@ class ReceiverSettings(_Model):
         return next((a for a in self.agents if a.key == key), None)
 
 
+def _agent_key(url: str) -> str:
+    """How agent URLs are compared: without a trailing slash, as :attr:`AgentSettings.key`."""
+    return url.strip().rstrip("/")
+
+
 def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings given as ``A2A_RECEIVER_<NAME>``, except ``agents`` (a list of URLs)."""
     out: dict[str, Any] = {}
-    for name, field in ReceiverSettings.model_fields.items():
+    for name in ReceiverSettings.model_fields:
         raw = environ.get(ENV_PREFIX + name.upper())
-        if raw is None or raw == "":
+        if raw is None or raw == "" or name == "agents":
             continue
-        if name == "agents":
-            out[name] = [{"url": u.strip()} for u in raw.split(",") if u.strip()]
-        elif name == "api_keys":
+        if name == "api_keys":
             out[name] = key_pairs(raw, f"{ENV_PREFIX}API_KEYS", "client_id", "client")
         else:
-            del field
             out[name] = raw
+    return out
+
+
+def _env_agent_urls(environ: Mapping[str, str]) -> list[str]:
+    raw = environ.get(ENV_PREFIX + "AGENTS") or ""
+    return [u.strip() for u in raw.split(",") if u.strip()]
+
+
+def _named_agents(urls: Sequence[str], configured: object) -> list[Any]:
+    """The agents a list of URLs names, in its order and each once.
+
+    An agent the config file also lists (same URL, trailing slash aside) keeps the file's
+    entry, with its per-agent options; any other gets the defaults.
+    """
+    from_file: dict[str, Any] = {}
+    if isinstance(configured, list):
+        for entry in configured:
+            if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+                from_file.setdefault(_agent_key(entry["url"]), entry)
+    out: list[Any] = []
+    seen: set[str] = set()
+    for url in urls:
+        key = _agent_key(url)
+        if key not in seen:
+            seen.add(key)
+            out.append(from_file.get(key, {"url": url}))
     return out
 
 
@@ -198,21 +248,23 @@ def load_settings(
 ) -> ReceiverSettings:
     """Merge file < environment < flags (``overrides``) and validate, with clear errors.
 
-    Agents named by flags (``extra_agents``) are added to the configured ones unless a
-    configured agent already has that URL (the file's per-agent options win).
+    Without ``config_file``, ``A2A_RECEIVER_CONFIG`` names the file (if set). The agent
+    list is the last one given: the flags' (``extra_agents``), else
+    ``A2A_RECEIVER_AGENTS``, else the file's. A list from flags or the environment
+    replaces the file's, but a URL it shares with the file keeps the file's per-agent
+    options; a URL only it names gets the defaults.
     """
+    env = os.environ if environ is None else environ
+    if config_file is None and env.get(CONFIG_ENV):
+        config_file = Path(env[CONFIG_ENV])
     values: dict[str, Any] = {}
     if config_file is not None:
         values.update(read_config_file(config_file))
-    values.update(_env_values(os.environ if environ is None else environ))
+    urls = list(extra_agents) or _env_agent_urls(env)
+    if urls:
+        values["agents"] = _named_agents(urls, values.get("agents"))
+    values.update(_env_values(env))
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    agents = list(values.get("agents") or [])
-    known = {str(a.get("url", "")).rstrip("/") for a in agents if isinstance(a, dict)}
-    for url in extra_agents:
-        if url.rstrip("/") not in known:
-            agents.append({"url": url})
-            known.add(url.rstrip("/"))
-    values["agents"] = agents
     try:
         return ReceiverSettings.model_validate(values)
     except ValidationError as exc:

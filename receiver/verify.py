@@ -200,11 +200,17 @@ def _json_segment(segment: str, max_chars: int) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def unverified_issuer(token: str) -> str | None:
-    """The ``iss`` claim of a JWT *without verifying it*: only to pick which agent to ask."""
+def unverified_claims(token: str) -> dict[str, Any]:
+    """A JWT's claims *without verifying them* (empty when unreadable): only to pick
+    which agent's keys to check it with."""
     parts = token.split(".")
     payload = _json_segment(parts[1], _MAX_JWT_PAYLOAD_CHARS) if len(parts) == 3 else None
-    iss = payload.get("iss") if payload is not None else None
+    return payload if payload is not None else {}
+
+
+def unverified_issuer(token: str) -> str | None:
+    """The ``iss`` claim of a JWT *without verifying it*: only to pick which agent to ask."""
+    iss = unverified_claims(token).get("iss")
     return iss if isinstance(iss, str) else None
 
 

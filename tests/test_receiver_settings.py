@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -61,6 +62,158 @@ def test_bad_values_name_the_setting(environ: dict[str, str], expected: str) -> 
     with pytest.raises(SettingsError, match=r"invalid receiver settings|client:key") as err:
         load_settings(environ=environ)
     assert expected in str(err.value)
+
+
+AGENTS_TOML = """
+[[agents]]
+url = "http://agent-a.test/rpc/"
+auth = ["token"]
+credentials = "Bearer a-secret"
+jwks_url = "http://keys.test/jwks.json"
+issuer = "https://issuer-a.test"
+protocol_version = "0.3"
+
+[[agents]]
+url = "http://agent-b.test/"
+auth = ["standard-webhooks"]
+standard_webhooks_secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+"""
+
+
+def test_an_environment_agent_list_keeps_the_files_options_for_its_urls(tmp_path: Path) -> None:
+    config = tmp_path / "receiver.toml"
+    config.write_text(AGENTS_TOML)
+    settings = load_settings(
+        config_file=config,
+        # agent-a without its trailing slash, agent-c only here, agent-b left out
+        environ={"A2A_RECEIVER_AGENTS": "http://agent-a.test/rpc, http://agent-c.test/"},
+    )
+    assert [a.key for a in settings.agents] == ["http://agent-a.test/rpc", "http://agent-c.test"]
+    a, c = settings.agents
+    assert a.methods == {AuthMethod.TOKEN}
+    assert a.credentials is not None and a.credentials.get_secret_value() == "Bearer a-secret"
+    assert a.jwks_url == "http://keys.test/jwks.json"
+    assert a.issuers == ("https://issuer-a.test",)
+    assert a.protocol_version == "0.3"
+    assert c.methods == {AuthMethod.JWT}  # only in the environment: the defaults
+    assert c.credentials is None and c.jwks_url is None
+    assert settings.agent("http://agent-b.test/") is None  # the list replaces the file's
+
+
+def test_agent_flags_replace_the_environment_list_and_keep_file_options(tmp_path: Path) -> None:
+    config = tmp_path / "receiver.toml"
+    config.write_text(AGENTS_TOML)
+    settings = load_settings(
+        config_file=config,
+        environ={"A2A_RECEIVER_AGENTS": "http://agent-a.test/rpc/"},
+        extra_agents=["http://agent-b.test", "http://agent-b.test/", "http://agent-d.test/"],
+    )
+    assert [a.key for a in settings.agents] == ["http://agent-b.test", "http://agent-d.test"]
+    assert settings.agents[0].methods == {AuthMethod.STANDARD_WEBHOOKS}
+    assert len(settings.agents[0].standard_webhooks_secrets) == 1
+    assert settings.agents[1].methods == {AuthMethod.JWT}
+
+
+def test_without_an_agent_list_the_files_agents_stay(tmp_path: Path) -> None:
+    config = tmp_path / "receiver.toml"
+    config.write_text(AGENTS_TOML)
+    settings = load_settings(config_file=config, environ={"A2A_RECEIVER_AGENTS": ""})
+    assert [a.key for a in settings.agents] == ["http://agent-a.test/rpc", "http://agent-b.test"]
+    assert settings.agents[0].methods == {AuthMethod.TOKEN}
+
+
+def test_workers_log_level_and_access_log_default() -> None:
+    settings = load_settings(environ={})
+    assert (settings.workers, settings.log_level, settings.access_log) == (1, "INFO", False)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_workers_log_level_and_access_log_from_the_file(tmp_path: Path, suffix: str) -> None:
+    config = tmp_path / f"receiver{suffix}"
+    values = {"workers": 3, "log_level": "debug", "access_log": True}
+    if suffix == ".json":
+        config.write_text(json.dumps(values))
+    else:
+        config.write_text('workers = 3\nlog_level = "debug"\naccess_log = true\n')
+    settings = load_settings(config_file=config, environ={})
+    assert (settings.workers, settings.log_level, settings.access_log) == (3, "DEBUG", True)
+
+
+def test_workers_log_level_and_access_log_from_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "receiver.toml"
+    config.write_text('workers = 3\nlog_level = "ERROR"\naccess_log = true\n')
+    environ = {
+        "A2A_RECEIVER_WORKERS": "4",
+        "A2A_RECEIVER_LOG_LEVEL": "warning",
+        "A2A_RECEIVER_ACCESS_LOG": "false",
+    }
+    settings = load_settings(config_file=config, environ=environ)
+    assert (settings.workers, settings.log_level, settings.access_log) == (4, "WARNING", False)
+    # flags (overrides) win over the environment
+    settings = load_settings(
+        config_file=config,
+        environ=environ,
+        overrides={"workers": 2, "log_level": "debug", "access_log": True},
+    )
+    assert (settings.workers, settings.log_level, settings.access_log) == (2, "DEBUG", True)
+
+
+def test_the_config_file_can_be_named_by_the_environment(tmp_path: Path) -> None:
+    named = tmp_path / "from-env.toml"
+    named.write_text("workers = 5\n")
+    flagged = tmp_path / "from-flag.toml"
+    flagged.write_text("workers = 6\n")
+    environ = {"A2A_RECEIVER_CONFIG": str(named)}
+    assert load_settings(environ=environ).workers == 5
+    assert load_settings(config_file=flagged, environ=environ).workers == 6
+    with pytest.raises(SettingsError, match=r"missing\.toml"):
+        load_settings(environ={"A2A_RECEIVER_CONFIG": str(tmp_path / "missing.toml")})
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"A2A_RECEIVER_WORKERS": "zero"}, "workers: Input should be a valid integer"),
+        ({"A2A_RECEIVER_WORKERS": "0"}, "workers: Input should be greater than or equal to 1"),
+        ({"A2A_RECEIVER_LOG_LEVEL": "chatty"}, "log_level: Input should be"),
+        ({"A2A_RECEIVER_ACCESS_LOG": "sometimes"}, "access_log: Input should be a valid boolean"),
+    ],
+)
+def test_bad_new_settings_name_the_setting(environ: dict[str, str], expected: str) -> None:
+    with pytest.raises(SettingsError, match="invalid receiver settings") as err:
+        load_settings(environ=environ)
+    assert expected in str(err.value)
+
+
+def test_the_command_reads_workers_and_log_level_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("A2A_RECEIVER_WORKERS", "0")
+    args = ["receiver", "--agent", "http://a.test/", "--data-dir", str(tmp_path)]
+    assert cli_main(args) == 2
+    assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err
+    monkeypatch.setenv("A2A_RECEIVER_LOG_LEVEL", "chatty")
+    assert cli_main([*args, "--workers", "1"]) == 2  # the flag fixes workers, not log_level
+    err = capsys.readouterr().err
+    assert "log_level" in err and "workers" not in err
+
+
+def test_worker_processes_get_the_resolved_logging_options() -> None:
+    from receiver.cli import _worker_argv, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--agent", "http://a.test/", "--workers", "2"])
+    settings = load_settings(
+        environ={"A2A_RECEIVER_LOG_LEVEL": "debug", "A2A_RECEIVER_ACCESS_LOG": "1"},
+        overrides={"workers": args.workers},
+        extra_agents=args.agents,
+    )
+    argv = _worker_argv(args, settings)
+    assert argv[:4] == ["--worker", "--log-level", "DEBUG", "--access-log"]
+    assert "--workers" not in argv and argv[-2:] == ["--agent", "http://a.test/"]
+    again = parser.parse_args(argv)
+    assert (again.worker, again.log_level, again.access_log) == (True, "DEBUG", True)
 
 
 def test_bad_agent_options_are_explained(tmp_path: Path) -> None:
