@@ -49,8 +49,14 @@ def test_default_schedule_reads_like_the_design() -> None:
         delay = policy.durable_delay(rounds)
         assert delay is not None and base * 0.8 <= delay <= base * 1.2
     assert policy.durable_delay(len(policy.schedule)) is None  # exhausted: dead-letter
+    # Retry-After: clamped to its bounds, and never sooner than the schedule's step.
     assert policy.durable_delay(0, retry_after=99999) == policy.retry_after_bounds[1]
-    assert policy.durable_delay(0, retry_after=0) == policy.retry_after_bounds[0]
+    first = policy.durable_delay(0, retry_after=0)
+    assert first is not None and 4.0 <= first <= 6.0  # the schedule's 5 s, not 1 s
+    later = policy.durable_delay(3, retry_after=1)
+    assert later is not None and later >= 2 * 3600 * 0.8  # 2 h, not 1 s
+    assert policy.durable_delay(0, retry_after=60) == 60
+    assert parse_retry_after({"Retry-After": "\u00b2"}) is None  # a digit to isdigit()
 
 
 def test_breaker_opens_probes_and_closes() -> None:

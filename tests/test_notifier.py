@@ -18,7 +18,12 @@ from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
-from a2a_push.errors import InvalidConfigError, TooManyConfigsError, UnsafeURLError
+from a2a_push.errors import (
+    InvalidConfigError,
+    StoreUnavailableError,
+    TooManyConfigsError,
+    UnsafeURLError,
+)
 from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier
 from a2a_push.protocol.types import (
     Artifact,
@@ -340,6 +345,53 @@ async def test_busy_tasks_take_turns_with_others_at_a_saturated_endpoint(
             if json.loads(r.body)["statusUpdate"]["taskId"] == t
         ]
         assert numbers == list(range(backlog))
+
+
+class _CountingClaims(SQLiteStore):
+    """Counts claim transactions."""
+
+    claims = 0
+
+    async def claim_due(self, *args: Any, **kw: Any) -> Any:
+        self.claims += 1
+        return await super().claim_due(*args, **kw)
+
+
+async def test_a_saturated_endpoint_does_not_make_the_dispatcher_spin(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path
+) -> None:
+    # Five lanes due to an endpoint that takes one request at a time and answers slowly:
+    # the claim skips it, and the dispatcher must then wait, not claim in a loop.
+    store = _CountingClaims(tmp_path / "counted.db")
+    n = await make_notifier(store, dispatcher=DispatcherOptions(per_endpoint=1))
+    sink.set_default("/slow", SinkResponse(200, delay=0.4))
+    for i in range(5):
+        await n.register_config(hook(sink, "/slow"), owner="o", task_id=f"s{i}")
+        await n.publish(f"s{i}", status(f"s{i}", TaskState.WORKING))
+    await asyncio.sleep(0.1)
+    before = store.claims
+    await asyncio.sleep(1.0)
+    assert store.claims - before < 20, f"{store.claims - before} claims in 1 s"
+    await sink.wait_for(5, timeout=10, path="/slow")
+
+
+class _OutcomesFail(SQLiteStore):
+    """Recording outcomes fails, as while the database is unreachable."""
+
+    async def complete_and_claim_next(self, *args: Any, **kw: Any) -> Any:
+        raise StoreUnavailableError("the database is down")
+
+
+async def test_an_outcome_that_cannot_be_recorded_is_not_dead_lettered(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path
+) -> None:
+    n = await make_notifier(_OutcomesFail(tmp_path / "down.db"))
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    result = await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(1, timeout=5)
+    await n.dispatcher.wait_idle(5)
+    # Still pending (leased): it comes back when the lease ends, it is not dead.
+    assert await delivery_state(n, result.delivery_ids[0]) is DeliveryState.PENDING
 
 
 def _assert_snapshot_first_and_in_order(sink: WebhookSink, paths: list[str]) -> None:

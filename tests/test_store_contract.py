@@ -278,6 +278,18 @@ async def test_a_lane_that_finished_a_delivery_queues_behind_waiting_lanes(store
     assert order == [("t2", 1), ("t1", 2)]
 
 
+async def test_next_due_at_leaves_out_excluded_endpoints(store: Store) -> None:
+    await store.put_config(config("t1", id="a", url="http://127.0.0.1:9/a"))
+    await store.put_config(config("t2", id="b", url="http://127.0.0.1:10/b"))
+    await store.enqueue("t1", "statusUpdate", body_for, new_id=ids(), now=NOW)
+    await store.enqueue("t2", "statusUpdate", body_for, new_id=ids(), now=NOW + 5)
+    assert await store.next_due_at() == pytest.approx(NOW)
+    busy = ["http://127.0.0.1:9"]
+    assert await store.next_due_at(exclude_endpoints=busy) == pytest.approx(NOW + 5)
+    everything = [*busy, "http://127.0.0.1:10"]
+    assert await store.next_due_at(exclude_endpoints=everything) is None
+
+
 async def test_retry_reschedules_and_blocks_the_lane_until_due(store: Store) -> None:
     await store.put_config(config(id="a"))
     await enqueue(store)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from a2a_push.errors import SecretDecryptionError
+from a2a_push.errors import SecretDecryptionError, StoreUnavailableError
 from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
 
 from .conftest import config, ids
@@ -172,3 +172,55 @@ async def test_a_write_lock_held_elsewhere_is_waited_for_without_blocking(tmp_pa
         seq, delivered_ids = await asyncio.wait_for(publish, 5)
         assert seq == 1 and len(delivered_ids) == 1
         await asyncio.to_thread(holder.join)
+
+
+class _FailsOnce(SQLiteStore):
+    """Its next write transaction fails to start, as on a disk I/O error."""
+
+    fail_next = False
+
+    def _run_batch(self, batch):  # type: ignore[no-untyped-def]
+        if self.fail_next:
+            self.fail_next = False
+            raise sqlite3.OperationalError("disk I/O error")
+        return super()._run_batch(batch)
+
+
+async def test_a_failed_write_transaction_fails_its_callers_and_the_writer_goes_on(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    async with _FailsOnce(tmp_path / "push.db") as store:
+        await store.put_config(config(id="a"))
+        store.fail_next = True
+        with pytest.raises(StoreUnavailableError, match="disk I/O error"):
+            await asyncio.wait_for(
+                store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW), 5
+            )
+        seq, queued = await asyncio.wait_for(
+            store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW), 5
+        )
+        assert seq == 1 and len(queued) == 1  # the failed one left nothing behind
+
+
+async def test_after_a_failed_fsync_writes_are_refused_not_left_hanging(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        await store.put_config(config(id="a"))
+        # Point the WAL fsync at a descriptor that is closed: os.fsync raises OSError.
+        real_fd = store._wal_fd
+        closed_fd = os.open(tmp_path / "gone", os.O_CREAT | os.O_RDONLY)
+        os.close(closed_fd)
+        store._wal_fd = closed_fd
+        try:
+            with pytest.raises(StoreUnavailableError, match="fsync"):
+                await asyncio.wait_for(
+                    store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW), 5
+                )
+            with pytest.raises(StoreUnavailableError, match="restart"):
+                await store.put_config(config("task-2", id="b"))
+        finally:
+            store._wal_fd = real_fd

@@ -153,13 +153,14 @@ class Dispatcher:
                 await self._slot_freed.wait()
                 continue
             self._wake.clear()
+            excluded = self._unavailable_endpoints()
             try:
                 claimed = await self.store.claim_due(
                     min(free, opts.claim_batch),
                     lease_seconds=opts.lease_seconds,
                     worker_id=self.worker_id,
                     per_endpoint=opts.per_endpoint,
-                    exclude_endpoints=self._unavailable_endpoints(),
+                    exclude_endpoints=excluded,
                 )
             except StoreUnavailableError as exc:
                 # Expected while the database restarts: one line, no traceback.
@@ -182,14 +183,18 @@ class Dispatcher:
                 continue  # there may be more due right now
             timeout = opts.poll_interval
             if not claimed:
-                # Idle: sleep until the earliest scheduled retry (or a wake-up). While
-                # work is flowing, completions and publishes wake the loop anyway.
+                # Idle: sleep until the earliest scheduled retry, or until an open breaker
+                # lets a probe through, or a wake-up. Lanes of the endpoints the claim
+                # skipped do not count: a saturated endpoint wakes the loop when one of
+                # its deliveries finishes (counting them would spin on empty claims).
+                now = time.time()
                 try:
-                    due = await self.store.next_due_at()
+                    due = await self.store.next_due_at(exclude_endpoints=excluded)
                 except Exception:
                     due = None
-                if due is not None:
-                    timeout = max(0.0, min(timeout, due - time.time()))
+                for at in (due, self.health.next_reopen(now)):
+                    if at is not None:
+                        timeout = max(0.0, min(timeout, at - now))
             await self._sleep(timeout)
 
     async def _sleep(self, timeout: float) -> None:
@@ -248,6 +253,16 @@ class Dispatcher:
                     break
         except asyncio.CancelledError:
             raise
+        except StoreUnavailableError as exc:
+            # The outcome could not be written (the database is down, a disk error).
+            # Nothing is decided: the lease runs out and the lane is claimed again (the
+            # webhook may then go twice, which receivers deduplicate).
+            log.warning(
+                "delivery %s: recording its outcome failed (%s); it returns to the "
+                "outbox when its lease ends",
+                current.id,
+                exc,
+            )
         except Exception as exc:  # never let one delivery stop the dispatcher
             log.exception("delivery %s failed unexpectedly", current.id)
             with contextlib.suppress(Exception):
@@ -302,9 +317,10 @@ class Dispatcher:
         if slot_freed is not None:
             slot_freed.set()
 
-    async def _endpoint_slot(self, endpoint: str) -> bool:
+    async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
-        database) behind at most ``per_endpoint`` others; False when the queue is full."""
+        database) behind at most ``per_endpoint`` others, until ``deadline`` (monotonic);
+        False when the queue is full or the deadline passes."""
         cap = self.options.per_endpoint
         if self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
@@ -314,7 +330,6 @@ class Dispatcher:
         self._waiting[endpoint] += 1
         freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
         try:
-            deadline = time.monotonic() + self.options.lease_seconds / 4
             while True:
                 freed.clear()  # before the check, so a release after it is not missed
                 if self._per_endpoint[endpoint] < cap:
@@ -339,12 +354,15 @@ class Dispatcher:
         next delivery when it was due and could be leased at once."""
         attempts = delivery.attempts
         first_round = delivery.rounds == 0
+        # All of this claim's waits for an endpoint slot share one budget, so the claim
+        # ends before its lease (see the lease check in the notifier).
+        slot_deadline = time.monotonic() + self.options.lease_seconds / 4
 
         async def attempt() -> HTTPResult:
             # An endpoint slot is held only for the HTTP exchange itself, not while the
             # outcome is written: the next request to the endpoint need not wait for it.
             nonlocal attempts
-            if not await self._endpoint_slot(endpoint):
+            if not await self._endpoint_slot(endpoint, slot_deadline):
                 raise _EndpointBusy
             try:
                 attempts += 1

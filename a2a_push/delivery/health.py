@@ -92,5 +92,15 @@ class EndpointHealth:
             if e.failures >= self.failure_threshold and now < e.open_until
         }
 
+    def next_reopen(self, now: float | None = None) -> float | None:
+        """When the first open breaker lets a probe through (None when none is open)."""
+        now = time.time() if now is None else now
+        times = [
+            e.open_until
+            for e in self._endpoints.values()
+            if e.failures >= self.failure_threshold and now < e.open_until
+        ]
+        return min(times) if times else None
+
     def states(self, now: float | None = None) -> dict[str, BreakerState]:
         return {key: self.state(key, now) for key in self._endpoints}

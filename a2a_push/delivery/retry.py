@@ -70,7 +70,7 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²".isdigit() is true, float("²") fails
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -160,12 +160,15 @@ class RetryPolicy:
         when the schedule is exhausted (the delivery is then dead-lettered)."""
         if rounds >= len(self.schedule):
             return None
-        if retry_after is not None:
-            low, high = self.retry_after_bounds
-            return min(max(retry_after, low), high)
         state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
         state.attempt_number = rounds + 1
-        return wait_schedule(self.schedule, self.jitter)(state)
+        delay = wait_schedule(self.schedule, self.jitter)(state)
+        if retry_after is not None:
+            # Never sooner than the receiver asked (within bounds), nor sooner than the
+            # schedule: a short Retry-After must not use up the whole schedule in minutes.
+            low, high = self.retry_after_bounds
+            delay = max(delay, min(max(retry_after, low), high))
+        return delay
 
     def describe(self) -> str:
         """The schedule in words, for docs and logs."""

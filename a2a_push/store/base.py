@@ -270,8 +270,9 @@ class Outbox(abc.ABC):
         time given; returns how many. Pending deliveries are never purged."""
 
     @abc.abstractmethod
-    async def next_due_at(self) -> float | None:
-        """Earliest time any lane becomes due (None when nothing is pending)."""
+    async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
+        """Earliest time any lane becomes due (None when nothing is pending), leaving out
+        lanes to ``exclude_endpoints`` (those a claim would skip)."""
 
     @abc.abstractmethod
     async def stats(self, *, now: float | None = None) -> OutboxStats: ...

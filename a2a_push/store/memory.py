@@ -210,6 +210,10 @@ class MemoryStore(Store):
             ids.append(delivery.id)
         return seq, ids
 
+    def _lane_endpoint(self, config_key: str) -> str:
+        config = self._configs.get(config_key)
+        return endpoint_of(config.url) if config else ""
+
     def _head(self, lane: _Lane) -> Delivery:
         return self._deliveries[lane.pending[0]]
 
@@ -234,8 +238,7 @@ class MemoryStore(Store):
         per: dict[str, int] = {}
         cap = per_endpoint or limit
         for _, lane_key in due:
-            config = self._configs.get(lane_key[0])
-            endpoint = endpoint_of(config.url) if config else ""
+            endpoint = self._lane_endpoint(lane_key[0])
             if endpoint in exclude_endpoints or per.get(endpoint, 0) >= cap:
                 continue
             per[endpoint] = per.get(endpoint, 0) + 1
@@ -392,11 +395,12 @@ class MemoryStore(Store):
             del self._deliveries[delivery_id]
         return len(doomed)
 
-    async def next_due_at(self) -> float | None:
+    async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
+        excluded = set(exclude_endpoints)
         times = [
             max(self._head(lane).next_attempt_at, lane.lease_until)
-            for lane in self._lanes.values()
-            if lane.pending
+            for (config_key, _), lane in self._lanes.items()
+            if lane.pending and self._lane_endpoint(config_key) not in excluded
         ]
         return min(times) if times else None
 

@@ -652,9 +652,9 @@ class PostgresStore(RowMapping, Store):
             )
         return count
 
-    async def next_due_at(self) -> float | None:
+    async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
         async with self._connection() as conn:
-            value = await conn.fetchval(_Q["next_due_at"])
+            value = await conn.fetchval(_Q["next_due_at"], sorted(exclude_endpoints))
         return float(value) if value is not None else None
 
     async def stats(self, *, now: float | None = None) -> OutboxStats:

@@ -26,7 +26,12 @@ from typing import Any, Literal, TypeVar
 import aiosqlite
 
 from ..endpoints import endpoint_of
-from ..errors import SecretDecryptionError, StoreClosedError, TooManyConfigsError
+from ..errors import (
+    SecretDecryptionError,
+    StoreClosedError,
+    StoreUnavailableError,
+    TooManyConfigsError,
+)
 from .base import (
     Delivery,
     DeliveryFilter,
@@ -94,6 +99,9 @@ class SQLiteStore(RowMapping, Store):
         self._wake = asyncio.Event()
         self._writer_task: asyncio.Task[None] | None = None
         self._closed = False
+        # Set when the writer cannot go on (a failed fsync, the writer stopped): every
+        # write then fails with it instead of waiting.
+        self._broken: StoreUnavailableError | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -194,42 +202,75 @@ class SQLiteStore(RowMapping, Store):
         """
         if self._closed or self._writer_task is None:
             raise StoreClosedError("the SQLite store is not open (call open() first)")
+        if self._broken is not None:
+            raise StoreUnavailableError(str(self._broken))
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append((fn, fut, sync))
         self._wake.set()
         return await fut
 
     async def _writer_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            await self._gather()
-            self._wake.clear()
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                results = self._run_batch(batch)
-                if results is None:
-                    # Another connection (another process) holds the write lock: wait
-                    # without blocking the event loop, then try the same batch again.
-                    self._queue[:0] = batch
-                    await asyncio.sleep(0.005)
-                    continue
-                self._wal_frames_since_checkpoint += len(batch)
-                if self._synchronous == "FULL" and any(sync for _, _, sync in batch):
-                    try:
-                        assert self._wal_fd is not None
-                        await loop.run_in_executor(self._syncer, os.fsync, self._wal_fd)
-                    except OSError as exc:
-                        results = [(False, exc)] * len(batch)
-                for (_, fut, _sync), (ok, value) in zip(batch, results):
-                    if fut.done():
-                        continue
-                    if ok:
-                        fut.set_result(value)
-                    else:
-                        fut.set_exception(value)
-            if self._closed:
-                return
+        try:
+            while True:
+                await self._wake.wait()
+                await self._gather()
+                self._wake.clear()
+                while self._queue:
+                    batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                    if not await self._commit_batch(batch):
+                        # Another connection (another process) holds the write lock: wait
+                        # without blocking the event loop, then try the same batch again.
+                        self._queue[:0] = batch
+                        await asyncio.sleep(0.005)
+                if self._closed:
+                    return
+        except BaseException as exc:
+            # The writer must never leave a caller waiting: whatever is queued fails, and
+            # so does every later write.
+            if self._broken is None:
+                self._broken = StoreUnavailableError(
+                    f"the SQLite writer stopped ({type(exc).__name__}: {exc}); restart the process"
+                )
+            queued, self._queue = self._queue, []
+            _settle(queued, [(False, self._broken)] * len(queued))
+            raise
+
+    async def _commit_batch(self, batch: list[_Op]) -> bool:
+        """Run and commit one batch and settle its callers; False when the write lock is
+        held by another connection (nothing was run)."""
+        try:
+            results = self._run_batch(batch)
+        except sqlite3.Error as exc:
+            # BEGIN or ROLLBACK failed (disk I/O error, disk full...): nothing of the batch
+            # was committed. Its callers get the error; the writer carries on.
+            log.error("an SQLite write transaction failed: %s", exc)
+            _settle(batch, [(False, _unavailable(exc))] * len(batch))
+            await asyncio.sleep(0.01)
+            return True
+        if results is None:
+            return False
+        self._wal_frames_since_checkpoint += len(batch)
+        if self._synchronous == "FULL" and any(sync for _, _, sync in batch):
+            try:
+                assert self._wal_fd is not None
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._syncer, os.fsync, self._wal_fd)
+            except OSError as exc:
+                # After a failed fsync the kernel may have dropped the pages it could not
+                # write and a later fsync can still succeed: nothing written from now on
+                # could be promised durable. The writes that needed durability fail, the
+                # others (already committed) stand, and the store refuses further writes.
+                log.critical("fsync of the SQLite WAL failed: %s; refusing writes", exc)
+                self._broken = StoreUnavailableError(
+                    f"an fsync of the SQLite WAL failed ({exc}); writes are refused until "
+                    "the process restarts: check the disk first"
+                )
+                results = [
+                    (False, self._broken) if sync else result
+                    for (_, _, sync), result in zip(batch, results, strict=True)
+                ]
+        _settle(batch, results)
+        return True
 
     async def _gather(self) -> None:
         """Let the event loop run while that keeps queueing writes (see _GATHER_TURNS)."""
@@ -572,8 +613,8 @@ class SQLiteStore(RowMapping, Store):
 
         return await self._write(op, sync=False)
 
-    async def next_due_at(self) -> float | None:
-        rows = await self._read(_Q["next_due_at"])
+    async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
+        rows = await self._read(_Q["next_due_at"], (json.dumps(sorted(exclude_endpoints)),))
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 
@@ -627,6 +668,26 @@ def _enqueue(
     conn.executemany(_Q["insert_delivery"], rows)
     conn.executemany(_Q["open_lane"], lanes)
     return seq, ids
+
+
+def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
+    """Hand each queued write its result; SQLite operational errors (I/O, locks) become
+    StoreUnavailableError, which callers treat as transient."""
+    for (_, fut, _sync), (ok, value) in zip(batch, results, strict=True):
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        elif isinstance(value, sqlite3.OperationalError):
+            fut.set_exception(_unavailable(value))
+        else:
+            fut.set_exception(value)
+
+
+def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
+    error = StoreUnavailableError(f"SQLite: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -242,7 +242,7 @@ WITH doomed AS (
 SELECT count(*) FROM gone;
 
 -- name: next_due_at
-SELECT min(due_at) FROM lanes;
+SELECT min(due_at) FROM lanes WHERE NOT (endpoint = ANY($1::text[]));
 
 -- name: stats
 SELECT

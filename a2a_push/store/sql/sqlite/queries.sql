@@ -182,7 +182,7 @@ DELETE FROM deliveries WHERE id IN (
 );
 
 -- name: next_due_at
-SELECT min(due_at) FROM lanes;
+SELECT min(due_at) FROM lanes WHERE endpoint NOT IN (SELECT value FROM json_each(?));
 
 -- name: stats
 SELECT
