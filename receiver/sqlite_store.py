@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -33,6 +34,13 @@ _MAX_BATCH: Final = 512
 _PACKAGE: Final = "receiver.sql"
 
 
+log = logging.getLogger(__name__)
+
+
+class ReceiverStoreBrokenError(RuntimeError):
+    """The store refuses writes after a failed fsync (see the writer)."""
+
+
 class ReceiverStoreClosedError(RuntimeError):
     """The store was used before ``open()`` or after ``close()``."""
 
@@ -59,6 +67,7 @@ class SQLiteReceiverStore(ReceiverStore):
         self._fsync: ThreadPoolExecutor | None = None
         self._wal_fd: int | None = None
         self._closed = False
+        self._broken: ReceiverStoreBrokenError | None = None
         self._reader: sqlite3.Connection | None = None
 
     async def open(self) -> None:
@@ -108,6 +117,8 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._db()
+        if self._broken is not None:
+            raise self._broken
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append((fn, fut))
         self._wake.set()
@@ -135,7 +146,16 @@ class SQLiteReceiverStore(ReceiverStore):
                         assert self._wal_fd is not None
                         await loop.run_in_executor(self._fsync, os.fsync, self._wal_fd)
                     except OSError as exc:
-                        results = [(False, exc)] * len(batch)
+                        # After a failed fsync, a later one may succeed although pages
+                        # were lost: nothing written from now on could be promised
+                        # durable, so writes are refused (webhooks get 500 and are
+                        # retried by their senders) until the process restarts.
+                        log.critical("fsync of the receiver's WAL failed: %s", exc)
+                        self._broken = ReceiverStoreBrokenError(
+                            f"an fsync of the receiver database failed ({exc}); writes "
+                            "are refused until the process restarts: check the disk first"
+                        )
+                        results = [(False, self._broken)] * len(batch)
                 for (_, fut), (ok, value) in zip(batch, results):
                     if not fut.done():
                         if ok:

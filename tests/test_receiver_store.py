@@ -175,3 +175,24 @@ def test_status_timestamps_compare_as_instants_whatever_their_precision() -> Non
     assert not supersedes(snap(2, ts="2026-01-01T12:00:00.999999Z"), old)
     assert supersedes(snap(2, ts="2026-01-01T13:00:01+01:00"), old)  # the same instant
     assert supersedes(snap(2, ts="not a time"), old)  # unparseable: generation decides
+
+
+async def test_after_a_failed_fsync_the_sqlite_store_refuses_writes(tmp_path: Path) -> None:
+    import os
+
+    from receiver.sqlite_store import ReceiverStoreBrokenError
+
+    async with SQLiteReceiverStore(tmp_path / "r.db", synchronous="FULL") as store:
+        await store.add_subscription(sub())
+        real_fd = store._wal_fd
+        closed_fd = os.open(tmp_path / "gone", os.O_CREAT | os.O_RDONLY)
+        os.close(closed_fd)
+        store._wal_fd = closed_fd  # os.fsync on it raises OSError, like a failing disk
+        try:
+            with pytest.raises(ReceiverStoreBrokenError, match="fsync"):
+                await store.record(note("k1"))
+            store._wal_fd = real_fd  # the disk "recovers": writes stay refused
+            with pytest.raises(ReceiverStoreBrokenError, match="restarts"):
+                await store.record(note("k2"))
+        finally:
+            store._wal_fd = real_fd
