@@ -465,22 +465,30 @@ class Receiver:
     async def _likely_first(
         self, agents: list[AgentSettings], claims: Mapping[str, Any]
     ) -> list[AgentSettings]:
-        """Agents sharing an issuer, the one the (unverified) JWT is likely from first:
-        the agent of the subscription its configId names, else one subscribed to its
-        taskId. Verification with that agent's keys still decides."""
-        keys = [a.key for a in agents]
-        likely: str | None = None
-        config_id, task_id = claims.get("configId"), claims.get("taskId")
-        if isinstance(config_id, str) and config_id:
-            sub = await self.store.get_subscription(config_id)
-            if sub is not None and sub.agent_url in keys:
-                likely = sub.agent_url
-        if likely is None and isinstance(task_id, str) and task_id:
-            for key in keys:
-                if await self.store.subscriptions_for_task(key, task_id):
-                    likely = key
-                    break
+        """Agents sharing an issuer, the one the (unverified) JWT is likely from first: the
+        agent of the subscription its configId names. Only an order to try them in:
+        ``_verify`` checks each one's keys and subscriptions."""
+        config_id = claims.get("configId")
+        if not isinstance(config_id, str) or not config_id:
+            return agents
+        sub = await self.store.get_subscription(config_id)
+        likely = sub.agent_url if sub is not None else None
         return sorted(agents, key=lambda a: a.key != likely)
+
+    async def _subscribed(
+        self, agent: AgentSettings, verified: VerifiedWebhook, body: bytes
+    ) -> bool:
+        """Whether ``agent`` has a subscription this verified JWT can be for: the one its
+        configId names, or one to the body's task (the body is covered by the JWT)."""
+        if verified.config_id is not None:
+            sub = await self.store.get_subscription(verified.config_id)
+            if sub is not None and sub.agent_url == agent.key:
+                return True
+        try:
+            _, task_id, _ = _body_task(body)
+        except WebhookRejected:
+            return False
+        return bool(await self.store.subscriptions_for_task(agent.key, task_id))
 
     async def _verify(
         self,
@@ -489,16 +497,24 @@ class Receiver:
         headers: Mapping[str, str],
         body: bytes,
     ) -> tuple[AgentSettings, VerifiedWebhook]:
+        """The agent the request is from, and what its verifier says. With several
+        candidates (agents sharing a JWT issuer, or Standard Webhooks secret holders),
+        each is tried; for a shared issuer the agent must also have a subscription the
+        webhook is for, else the first that verified is taken."""
         refusal: WebhookRejected | None = None
+        fallback: tuple[AgentSettings, VerifiedWebhook] | None = None
         for agent in candidates:
             try:
                 verified = await self._verifiers[agent.key].verify(
                     headers, body, expected_token_digest=sub.token_digest if sub else None
                 )
             except WebhookRejected as exc:
-                if exc.status != 401:
+                if len(candidates) == 1 or exc.status not in (401, 503):
                     raise
-                refusal = exc
+                # Another candidate may still verify; if none does, a 503 (an agent's
+                # keys could not be fetched) is the answer worth retrying.
+                if refusal is None or exc.status == 503:
+                    refusal = exc
                 continue
             # The issuer picked this agent, except on the token path: check it there too.
             issuer = verified.claims.get("iss") if verified.claims is not None else None
@@ -506,7 +522,13 @@ class Receiver:
                 raise WebhookRejected(
                     401, "bad_issuer", "the JWT issuer is not the agent this token belongs to"
                 )
-            return agent, verified
+            if len(candidates) == 1 or verified.claims is None:
+                return agent, verified
+            if await self._subscribed(agent, verified, body):
+                return agent, verified
+            fallback = fallback or (agent, verified)
+        if fallback is not None:
+            return fallback
         assert refusal is not None
         raise refusal
 

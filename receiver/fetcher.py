@@ -21,7 +21,7 @@ from a2a_push.protocol.types import TaskState
 
 from .agent_client import AgentCallError, AgentClient
 from .metrics import ReceiverMetrics
-from .store import ReceiverStore, TaskEvent, TaskSnapshot
+from .store import ReceiverStore, SubscriptionState, TaskEvent, TaskSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ DEFAULT_COALESCE_SECONDS: Final = 0.02
 DEFAULT_MIN_INTERVAL_SECONDS: Final = 1.0
 _LAST_FETCHES_KEPT: Final = 100_000
 DEFAULT_RETRY_LATER_SECONDS: Final = 30.0
+# A task whose fetches keep failing is tried again later and later, doubling from
+# retry_later up to this; a success starts it over.
+MAX_RETRY_LATER_SECONDS: Final = 3600.0
 
 Key = tuple[str, str]  # (agent key, task id)
 
@@ -103,6 +106,7 @@ class TaskFetcher:
         self._last: OrderedDict[Key, float] = OrderedDict()
         self._urgent: dict[Key, asyncio.Event] = {}
         self._retry_later = retry_later
+        self._failures: dict[Key, int] = {}  # consecutive failed rounds per task
         self._max_wait = max_wait
         self._wanted: dict[Key, int] = {}
         self._running: dict[Key, asyncio.Task[None]] = {}
@@ -203,7 +207,10 @@ class TaskFetcher:
             self._timers.discard(handle)
             self.want(key[0], key[1], up_to)
 
-        handle = loop.call_later(self._retry_later, again)
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = min(self._retry_later * 2 ** min(failures, 20), MAX_RETRY_LATER_SECONDS)
+        handle = loop.call_later(delay, again)
         self._timers.add(handle)
 
     async def _get_task(self, client: AgentClient, task_id: str) -> dict[str, Any]:
@@ -247,10 +254,21 @@ class TaskFetcher:
                 log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
                 await self._store.mark_fetched(agent_url, task_id, up_to)
                 return True
+            subs = await self._store.subscriptions_for_task(agent_url, task_id)
+            if not any(s.state is SubscriptionState.ACTIVE for s in subs):
+                # Nobody is subscribed any more: nothing would read the result.
+                log.info(
+                    "GetTask %s on %s: %s; no subscription left, dropped", task_id, agent_url, exc
+                )
+                await self._store.mark_fetched(agent_url, task_id, up_to)
+                self._failures.pop(key, None)
+                return True
             # Anything else (the agent down, refusing our credentials, answering nonsense)
-            # may be fixed on its side: the accepted notifications stay pending.
+            # may be fixed on its side: the accepted notifications stay pending, and the
+            # task is tried again later and later (see MAX_RETRY_LATER_SECONDS).
             log.warning("GetTask %s on %s: %s; will try again later", task_id, agent_url, exc)
             return False
+        self._failures.pop(key, None)
         self._metrics.fetch_latency.observe(time.perf_counter() - started)
         self._metrics.fetches.labels("ok").inc()
         event = await self._store.save_snapshot(

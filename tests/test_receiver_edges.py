@@ -204,6 +204,31 @@ async def test_a_refused_get_task_keeps_the_notification_pending(tmp_path: Path)
         assert await s.receiver.store.pending_fetches() == []
 
 
+async def test_failing_fetches_back_off_and_stop_once_nobody_is_subscribed(
+    tmp_path: Path,
+) -> None:
+    async with setup(tmp_path) as s:
+        sub = await s.subscribe("T5")
+        assert s.receiver.fetcher is not None
+        await s.receiver.fetcher.idle()
+        s.receiver.fetcher._retry_later = 0.1  # not 30 s, for the test
+        s.agent.get_error = 403
+        before = s.agent.gets
+        assert await s.token_webhook("T5", 1) == 200
+        await asyncio.sleep(1.6)
+        # Retried after 0.1, 0.2, 0.4, 0.8 s...: about 5 calls in 1.6 s, not 16.
+        assert 3 <= s.agent.gets - before <= 7, s.agent.gets - before
+        await s.unsubscribe(sub["id"])
+
+        async def dropped() -> bool:
+            return await s.receiver.store.pending_fetches() == []
+
+        await _until(dropped, timeout=5)
+        settled = s.agent.gets
+        await asyncio.sleep(0.5)
+        assert s.agent.gets == settled  # nobody is subscribed: no more GetTask
+
+
 async def test_deleting_again_asks_the_agent_again(tmp_path: Path) -> None:
     async with setup(tmp_path) as s:
         sub = await s.subscribe("T3")
@@ -336,6 +361,56 @@ async def test_agents_sharing_an_issuer_each_get_their_own_webhooks(tmp_path: Pa
                     },
                 ) as resp:
                     assert resp.status == 200, (name, await resp.text())
+            # A sender whose JWTs name neither the config nor the task (both optional):
+            # the body's task, which the JWT's body hash covers, tells the agents apart.
+            for name in ("b", "a"):
+                body = json.dumps(
+                    {
+                        "statusUpdate": {
+                            "taskId": f"task-{name}",
+                            "contextId": "ctx",
+                            "status": {"state": "TASK_STATE_COMPLETED"},
+                        }
+                    }
+                ).encode()
+                jwt = _bare_jwt(keys, root, settings.webhook_url, f"bare_{name}", body)
+                async with session.post(
+                    settings.webhook_url,
+                    data=body,
+                    headers={"Content-Type": "application/json", HEADER_SIGNATURE: jwt},
+                ) as resp:
+                    # 200 only when matched to this agent's subscription (else 404).
+                    assert resp.status == 200, (name, await resp.text())
     finally:
         await receiver_server.close()
         await server.close()
+
+
+def _bare_jwt(keys: KeySet, issuer: str, audience: str, jti: str, body: bytes) -> str:
+    """An ES256 JWT with only the required claims (no taskId, configId or seq)."""
+    import base64
+    import hashlib
+    import time
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    key = keys.active
+    now = int(time.time())
+    header = {"alg": "ES256", "kid": key.kid, "typ": "JWT"}
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "iat": now,
+        "exp": now + 300,
+        "jti": jti,
+        "request_body_sha256": hashlib.sha256(body).hexdigest(),
+    }
+    signing_input = b64(json.dumps(header).encode()) + b"." + b64(json.dumps(claims).encode())
+    der = key.private_key.sign(signing_input, ec.ECDSA(hashes.SHA256()))  # type: ignore[arg-type, call-arg]
+    r, s = decode_dss_signature(der)
+    return (signing_input + b"." + b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()

@@ -178,15 +178,13 @@ def test_status_timestamps_compare_as_instants_whatever_their_precision() -> Non
 
 
 async def test_after_a_failed_fsync_the_sqlite_store_refuses_writes(tmp_path: Path) -> None:
-    import os
 
     from receiver.sqlite_store import ReceiverStoreBrokenError
 
     async with SQLiteReceiverStore(tmp_path / "r.db", synchronous="FULL") as store:
         await store.add_subscription(sub())
         real_fd = store._wal_fd
-        closed_fd = os.open(tmp_path / "gone", os.O_CREAT | os.O_RDONLY)
-        os.close(closed_fd)
+        closed_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
         store._wal_fd = closed_fd  # os.fsync on it raises OSError, like a failing disk
         try:
             with pytest.raises(ReceiverStoreBrokenError, match="fsync"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -206,14 +207,12 @@ async def test_a_failed_write_transaction_fails_its_callers_and_the_writer_goes_
 
 async def test_after_a_failed_fsync_writes_are_refused_not_left_hanging(tmp_path: Path) -> None:
     import asyncio
-    import os
 
     async with SQLiteStore(tmp_path / "push.db") as store:
         await store.put_config(config(id="a"))
         # Point the WAL fsync at a descriptor that is closed: os.fsync raises OSError.
         real_fd = store._wal_fd
-        closed_fd = os.open(tmp_path / "gone", os.O_CREAT | os.O_RDONLY)
-        os.close(closed_fd)
+        closed_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
         store._wal_fd = closed_fd
         try:
             with pytest.raises(StoreUnavailableError, match="fsync"):
@@ -224,3 +223,50 @@ async def test_after_a_failed_fsync_writes_are_refused_not_left_hanging(tmp_path
                 await store.put_config(config("task-2", id="b"))
         finally:
             store._wal_fd = real_fd
+
+
+class _FailsFirstCall(ThreadPoolExecutor):
+    """An executor whose first job raises OSError (an fsync failing on a disk error)."""
+
+    failed = False
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        if not self.failed:
+            self.failed = True
+
+            def fail() -> None:
+                raise OSError(5, "Input/output error")
+
+            return super().submit(fail)
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_writes_queued_behind_a_failed_fsync_are_refused_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    import a2a_push.store.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_MAX_BATCH", 1)  # one write per commit and fsync
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        await store.put_config(config(id="a"))
+        real = store._syncer
+        store._syncer = _FailsFirstCall(1)
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+                        for _ in range(3)
+                    ),
+                    return_exceptions=True,
+                ),
+                5,
+            )
+        finally:
+            store._syncer.shutdown()
+            store._syncer = real
+        # The first fsync failed; later ones would succeed, but nothing written after a
+        # failed fsync can be promised durable: all three are refused.
+        assert all(isinstance(r, StoreUnavailableError) for r in results), results

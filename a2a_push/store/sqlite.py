@@ -102,6 +102,7 @@ class SQLiteStore(RowMapping, Store):
         # Set when the writer cannot go on (a failed fsync, the writer stopped): every
         # write then fails with it instead of waiting.
         self._broken: StoreUnavailableError | None = None
+        self._in_hand: list[_Op] = []  # the batch the writer is committing
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -225,30 +226,44 @@ class SQLiteStore(RowMapping, Store):
                 if self._closed:
                     return
         except BaseException as exc:
-            # The writer must never leave a caller waiting: whatever is queued fails, and
-            # so does every later write.
+            # The writer must never leave a caller waiting: the batch in hand and whatever
+            # is queued fail, and so does every later write.
             if self._broken is None:
                 self._broken = StoreUnavailableError(
                     f"the SQLite writer stopped ({type(exc).__name__}: {exc}); restart the process"
                 )
-            queued, self._queue = self._queue, []
-            _settle(queued, [(False, self._broken)] * len(queued))
+            stranded, self._queue = self._in_hand + self._queue, []
+            _settle(stranded, [(False, self._broken)] * len(stranded))
             raise
 
     async def _commit_batch(self, batch: list[_Op]) -> bool:
         """Run and commit one batch and settle its callers; False when the write lock is
         held by another connection (nothing was run)."""
+        if self._broken is not None:
+            # Nothing more is written once durability cannot be promised, queued or not.
+            _settle(batch, [(False, self._broken)] * len(batch))
+            return True
+        self._in_hand = batch
+        try:
+            return await self._commit_in_hand(batch)
+        finally:
+            self._in_hand = []
+
+    async def _commit_in_hand(self, batch: list[_Op]) -> bool:
         try:
             results = self._run_batch(batch)
         except sqlite3.Error as exc:
-            # BEGIN or ROLLBACK failed (disk I/O error, disk full...): nothing of the batch
-            # was committed. Its callers get the error; the writer carries on.
+            # BEGIN failed (disk I/O error, disk full...): nothing of the batch was
+            # committed. Its callers get the error; the writer carries on, unless the
+            # connection is stuck in a transaction it cannot roll back.
             log.error("an SQLite write transaction failed: %s", exc)
             _settle(batch, [(False, _unavailable(exc))] * len(batch))
+            self._check_connection()
             await asyncio.sleep(0.01)
             return True
         if results is None:
             return False
+        self._check_connection()
         self._wal_frames_since_checkpoint += len(batch)
         if self._synchronous == "FULL" and any(sync for _, _, sync in batch):
             try:
@@ -320,7 +335,7 @@ class SQLiteStore(RowMapping, Store):
             return results
         except Exception:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")  # a failure here: nothing committed, raised
         if len(batch) == 1:
             return [self._run_one(conn, batch[0][0])]
         # One op failed: run each alone so the others still commit.
@@ -337,8 +352,27 @@ class SQLiteStore(RowMapping, Store):
             return True, value
         except Exception as exc:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error as failed:
+                    # Reported to this op alone: the ops before it stay committed, and
+                    # the writer checks the connection after the batch.
+                    return False, failed
             return False, exc
+
+    def _check_connection(self) -> None:
+        """After a failure: a connection left inside a transaction is rolled back, or, if
+        that fails too, the store stops taking writes (every BEGIN would fail)."""
+        conn = self._conn
+        if conn is None or not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.critical("SQLite connection stuck in a transaction: %s; refusing writes", exc)
+            self._broken = StoreUnavailableError(
+                f"the SQLite connection cannot roll back ({exc}); restart the process"
+            )
 
     async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         if self._closed or self._reader is None:
