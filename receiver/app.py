@@ -527,8 +527,10 @@ class Receiver:
             if await self._subscribed(agent, verified, body):
                 return agent, verified
             fallback = fallback or (agent, verified)
-        if fallback is not None:
+        if fallback is not None and (refusal is None or refusal.status != 503):
             return fallback
+        # An agent whose keys could not be fetched may be the one with the subscription:
+        # a 503 (retried by the sender) rather than a final 404.
         assert refusal is not None
         raise refusal
 

@@ -239,6 +239,7 @@ class TaskFetcher:
         if await self._store.is_final(agent_url, task_id):
             # Terminal tasks are final: nothing a later GetTask says can change them.
             await self._store.mark_fetched(agent_url, task_id, up_to)
+            self._failures.pop(key, None)
             return True
         client = self._clients.get(agent_url)
         if client is None:
@@ -253,6 +254,7 @@ class TaskFetcher:
                 # The agent no longer has the task: there is nothing left to fetch.
                 log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
                 await self._store.mark_fetched(agent_url, task_id, up_to)
+                self._failures.pop(key, None)
                 return True
             subs = await self._store.subscriptions_for_task(agent_url, task_id)
             if not any(s.state is SubscriptionState.ACTIVE for s in subs):

@@ -270,3 +270,30 @@ async def test_writes_queued_behind_a_failed_fsync_are_refused_too(
         # The first fsync failed; later ones would succeed, but nothing written after a
         # failed fsync can be promised durable: all three are refused.
         assert all(isinstance(r, StoreUnavailableError) for r in results), results
+
+
+class _WriterDies(SQLiteStore):
+    """A bug in the writer's own code: it raises in the middle of a batch."""
+
+    die = False
+
+    def _check_connection(self) -> None:
+        if self.die:
+            raise RuntimeError("a bug in the writer")
+        super()._check_connection()
+
+
+async def test_a_writer_that_dies_fails_its_callers_and_the_store_still_closes(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    store = _WriterDies(tmp_path / "push.db")
+    await store.open()
+    await store.put_config(config(id="a"))
+    store.die = True
+    with pytest.raises(StoreUnavailableError, match="writer stopped"):
+        await asyncio.wait_for(store.put_config(config(id="b")), 5)  # the batch in hand
+    with pytest.raises(StoreUnavailableError, match="writer stopped"):
+        await asyncio.wait_for(store.put_config(config(id="c")), 5)  # later writes
+    await asyncio.wait_for(store.close(), 5)

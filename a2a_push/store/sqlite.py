@@ -160,7 +160,16 @@ class SQLiteStore(RowMapping, Store):
         self._closed = True
         if self._writer_task is not None:
             self._wake.set()
-            await self._writer_task
+            try:
+                await self._writer_task
+            except asyncio.CancelledError:
+                if self._writer_task.cancelled():
+                    log.error("the SQLite writer had been cancelled; closing anyway")
+                else:
+                    raise  # close() itself was cancelled
+            except Exception as exc:
+                # It already failed every write; the rest must still be closed.
+                log.error("the SQLite writer had stopped: %s; closing anyway", exc)
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -243,11 +252,12 @@ class SQLiteStore(RowMapping, Store):
             # Nothing more is written once durability cannot be promised, queued or not.
             _settle(batch, [(False, self._broken)] * len(batch))
             return True
+        # Cleared only on a normal return: if the writer dies on the way, its handler
+        # settles this batch along with the queue.
         self._in_hand = batch
-        try:
-            return await self._commit_in_hand(batch)
-        finally:
-            self._in_hand = []
+        done = await self._commit_in_hand(batch)
+        self._in_hand = []
+        return done
 
     async def _commit_in_hand(self, batch: list[_Op]) -> bool:
         try:
