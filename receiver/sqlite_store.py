@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import os
 import sqlite3
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from a2a_push.store.sql import migrations, queries
 from a2a_push.store.sqlite import _split_statements
+from a2a_push.store.sqlite_writer import SQLiteWriter
 
 from .store import (
     Notification,
@@ -29,16 +25,7 @@ from .store import (
 )
 
 T = TypeVar("T")
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
-_MAX_BATCH: Final = 512
 _PACKAGE: Final = "receiver.sql"
-
-
-log = logging.getLogger(__name__)
-
-
-class ReceiverStoreBrokenError(RuntimeError):
-    """The store refuses writes after a failed fsync (see the writer)."""
 
 
 class ReceiverStoreClosedError(RuntimeError):
@@ -48,10 +35,11 @@ class ReceiverStoreClosedError(RuntimeError):
 class SQLiteReceiverStore(ReceiverStore):
     """Receiver storage in a SQLite file, written in group-committed batches.
 
-    Statements run on the event loop (each takes microseconds); concurrent writes share
-    one transaction. With ``synchronous="FULL"`` (default) a batch returns only after the
-    WAL is fsynced, on a worker thread, so an acknowledged webhook survives power loss;
-    ``"NORMAL"`` survives process crashes only.
+    Writes go through the notifier's group-commit writer (``a2a_push.store.sqlite_writer``):
+    statements run on the event loop, concurrent writes share one transaction. With
+    ``synchronous="FULL"`` (default) a batch returns only after the WAL is fsynced, on a
+    worker thread, so an acknowledged webhook survives power loss; ``"NORMAL"`` survives
+    process crashes only.
     """
 
     def __init__(
@@ -61,13 +49,8 @@ class SQLiteReceiverStore(ReceiverStore):
         self._synchronous = synchronous
         self._sql = queries("sqlite", _PACKAGE)
         self._conn: sqlite3.Connection | None = None
-        self._queue: list[_Op] = []
-        self._wake = asyncio.Event()
-        self._writer: asyncio.Task[None] | None = None
-        self._fsync: ThreadPoolExecutor | None = None
-        self._wal_fd: int | None = None
+        self._writer: SQLiteWriter | None = None
         self._closed = False
-        self._broken: ReceiverStoreBrokenError | None = None
         self._reader: sqlite3.Connection | None = None
 
     async def open(self) -> None:
@@ -88,22 +71,18 @@ class SQLiteReceiverStore(ReceiverStore):
         reader.row_factory = sqlite3.Row
         reader.execute("PRAGMA busy_timeout = 2000")
         self._reader = reader
-        self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        self._fsync = ThreadPoolExecutor(1, thread_name_prefix="receiver-fsync")
-        self._writer = asyncio.create_task(self._writer_loop(), name="receiver-sqlite-writer")
+        self._writer = SQLiteWriter(
+            conn, f"{self.path}-wal", durable=self._synchronous == "FULL", name="receiver-sqlite"
+        )
+        self._writer.start()
 
     async def close(self) -> None:
         if self._closed or self._conn is None:
             self._closed = True
             return
         self._closed = True
-        self._wake.set()
         if self._writer is not None:
-            await self._writer
-        if self._fsync is not None:
-            self._fsync.shutdown(wait=True)
-        if self._wal_fd is not None:
-            os.close(self._wal_fd)
+            await self._writer.close()
         if self._reader is not None:
             self._reader.close()
         self._conn.close()
@@ -116,86 +95,10 @@ class SQLiteReceiverStore(ReceiverStore):
         return self._conn
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in the next group commit (see ``a2a_push.store.sqlite_writer``)."""
         self._db()
-        if self._broken is not None:
-            raise self._broken
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((fn, fut))
-        self._wake.set()
-        return await fut
-
-    async def _writer_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                try:
-                    attempt = self._run_batch(batch)
-                except Exception as exc:  # e.g. a disk I/O error at BEGIN: fail this batch
-                    attempt = [(False, exc)] * len(batch)
-                if attempt is None:
-                    # Another process holds the write lock: wait without blocking the loop.
-                    self._queue[:0] = batch
-                    await asyncio.sleep(0.002)
-                    continue
-                results = attempt
-                if self._synchronous == "FULL" and any(ok for ok, _ in results):
-                    try:
-                        assert self._wal_fd is not None
-                        await loop.run_in_executor(self._fsync, os.fsync, self._wal_fd)
-                    except OSError as exc:
-                        # After a failed fsync, a later one may succeed although pages
-                        # were lost: nothing written from now on could be promised
-                        # durable, so writes are refused (webhooks get 500 and are
-                        # retried by their senders) until the process restarts.
-                        log.critical("fsync of the receiver's WAL failed: %s", exc)
-                        self._broken = ReceiverStoreBrokenError(
-                            f"an fsync of the receiver database failed ({exc}); writes "
-                            "are refused until the process restarts: check the disk first"
-                        )
-                        results = [(False, self._broken)] * len(batch)
-                for (_, fut), (ok, value) in zip(batch, results):
-                    if not fut.done():
-                        if ok:
-                            fut.set_result(value)
-                        else:
-                            fut.set_exception(value)
-            if self._closed:
-                return
-
-    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
-        """Run a batch as one transaction; None when another process holds the lock."""
-        conn = self._conn  # not _db(): writes queued before close() still complete
-        assert conn is not None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                return None
-            raise
-        try:
-            results = [(True, fn(conn)) for fn, _ in batch]
-            conn.execute("COMMIT")
-            return results
-        except Exception:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        # One op failed: run each on its own so the others still commit. The lock may be
-        # taken by another process between these: wait for it (rare, and brief).
-        out: list[tuple[bool, Any]] = []
-        for fn, _ in batch:
-            try:
-                _begin_waiting(conn)
-                value = fn(conn)
-                conn.execute("COMMIT")
-                out.append((True, value))
-            except Exception as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                out.append((False, exc))
-        return out
+        assert self._writer is not None
+        return await self._writer.write(fn)
 
     def _all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
         # Reads are point lookups of microseconds: run on the loop, on their own connection
@@ -381,18 +284,6 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def latest_event_id(self) -> int:
         return int(self._all("latest_event_id")[0][0])
-
-
-def _begin_waiting(conn: sqlite3.Connection, limit: float = 5.0) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.001)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

@@ -178,19 +178,19 @@ def test_status_timestamps_compare_as_instants_whatever_their_precision() -> Non
 
 
 async def test_after_a_failed_fsync_the_sqlite_store_refuses_writes(tmp_path: Path) -> None:
-
-    from receiver.sqlite_store import ReceiverStoreBrokenError
+    from a2a_push.errors import StoreUnavailableError
 
     async with SQLiteReceiverStore(tmp_path / "r.db", synchronous="FULL") as store:
         await store.add_subscription(sub())
-        real_fd = store._wal_fd
-        closed_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
-        store._wal_fd = closed_fd  # os.fsync on it raises OSError, like a failing disk
+        writer = store._writer
+        assert writer is not None
+        real_fd = writer._wal_fd
+        writer._wal_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
         try:
-            with pytest.raises(ReceiverStoreBrokenError, match="fsync"):
+            with pytest.raises(StoreUnavailableError, match="fsync"):
                 await store.record(note("k1"))
-            store._wal_fd = real_fd  # the disk "recovers": writes stay refused
-            with pytest.raises(ReceiverStoreBrokenError, match="restarts"):
+            writer._wal_fd = real_fd  # the disk "recovers": writes stay refused
+            with pytest.raises(StoreUnavailableError, match="restarts"):
                 await store.record(note("k2"))
         finally:
-            store._wal_fd = real_fd
+            writer._wal_fd = real_fd

@@ -10,6 +10,7 @@ import pytest
 
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError
 from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
+from a2a_push.store.sqlite_writer import SQLiteWriter
 
 from .conftest import config, ids
 
@@ -175,16 +176,9 @@ async def test_a_write_lock_held_elsewhere_is_waited_for_without_blocking(tmp_pa
         await asyncio.to_thread(holder.join)
 
 
-class _FailsOnce(SQLiteStore):
-    """Its next write transaction fails to start, as on a disk I/O error."""
-
-    fail_next = False
-
-    def _run_batch(self, batch):  # type: ignore[no-untyped-def]
-        if self.fail_next:
-            self.fail_next = False
-            raise sqlite3.OperationalError("disk I/O error")
-        return super()._run_batch(batch)
+def _writer(store: SQLiteStore) -> SQLiteWriter:
+    assert store._writer is not None
+    return store._writer
 
 
 async def test_a_failed_write_transaction_fails_its_callers_and_the_writer_goes_on(
@@ -192,9 +186,16 @@ async def test_a_failed_write_transaction_fails_its_callers_and_the_writer_goes_
 ) -> None:
     import asyncio
 
-    async with _FailsOnce(tmp_path / "push.db") as store:
+    async with SQLiteStore(tmp_path / "push.db") as store:
         await store.put_config(config(id="a"))
-        store.fail_next = True
+        writer = _writer(store)
+        real_run_batch = writer._run_batch
+
+        def fails_once(batch):  # type: ignore[no-untyped-def]
+            writer._run_batch = real_run_batch  # type: ignore[method-assign]
+            raise sqlite3.OperationalError("disk I/O error")  # as at BEGIN on a bad disk
+
+        writer._run_batch = fails_once  # type: ignore[method-assign]
         with pytest.raises(StoreUnavailableError, match="disk I/O error"):
             await asyncio.wait_for(
                 store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW), 5
@@ -210,10 +211,9 @@ async def test_after_a_failed_fsync_writes_are_refused_not_left_hanging(tmp_path
 
     async with SQLiteStore(tmp_path / "push.db") as store:
         await store.put_config(config(id="a"))
-        # Point the WAL fsync at a descriptor that is closed: os.fsync raises OSError.
-        real_fd = store._wal_fd
-        closed_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
-        store._wal_fd = closed_fd
+        writer = _writer(store)
+        real_fd = writer._wal_fd
+        writer._wal_fd = 1 << 20  # no such descriptor: os.fsync raises OSError (EBADF)
         try:
             with pytest.raises(StoreUnavailableError, match="fsync"):
                 await asyncio.wait_for(
@@ -222,7 +222,7 @@ async def test_after_a_failed_fsync_writes_are_refused_not_left_hanging(tmp_path
             with pytest.raises(StoreUnavailableError, match="restart"):
                 await store.put_config(config("task-2", id="b"))
         finally:
-            store._wal_fd = real_fd
+            writer._wal_fd = real_fd
 
 
 class _FailsFirstCall(ThreadPoolExecutor):
@@ -246,13 +246,14 @@ async def test_writes_queued_behind_a_failed_fsync_are_refused_too(
 ) -> None:
     import asyncio
 
-    import a2a_push.store.sqlite as sqlite_module
+    import a2a_push.store.sqlite_writer as writer_module
 
-    monkeypatch.setattr(sqlite_module, "_MAX_BATCH", 1)  # one write per commit and fsync
+    monkeypatch.setattr(writer_module, "_MAX_BATCH", 1)  # one write per commit and fsync
     async with SQLiteStore(tmp_path / "push.db") as store:
         await store.put_config(config(id="a"))
-        real = store._syncer
-        store._syncer = _FailsFirstCall(1)
+        writer = _writer(store)
+        real = writer._syncer
+        writer._syncer = _FailsFirstCall(1)
         try:
             results = await asyncio.wait_for(
                 asyncio.gather(
@@ -265,22 +266,11 @@ async def test_writes_queued_behind_a_failed_fsync_are_refused_too(
                 5,
             )
         finally:
-            store._syncer.shutdown()
-            store._syncer = real
+            writer._syncer.shutdown()
+            writer._syncer = real
         # The first fsync failed; later ones would succeed, but nothing written after a
         # failed fsync can be promised durable: all three are refused.
         assert all(isinstance(r, StoreUnavailableError) for r in results), results
-
-
-class _WriterDies(SQLiteStore):
-    """A bug in the writer's own code: it raises in the middle of a batch."""
-
-    die = False
-
-    def _check_connection(self) -> None:
-        if self.die:
-            raise RuntimeError("a bug in the writer")
-        super()._check_connection()
 
 
 async def test_a_writer_that_dies_fails_its_callers_and_the_store_still_closes(
@@ -288,10 +278,14 @@ async def test_a_writer_that_dies_fails_its_callers_and_the_store_still_closes(
 ) -> None:
     import asyncio
 
-    store = _WriterDies(tmp_path / "push.db")
+    store = SQLiteStore(tmp_path / "push.db")
     await store.open()
     await store.put_config(config(id="a"))
-    store.die = True
+
+    def bug() -> None:
+        raise RuntimeError("a bug in the writer")  # in the middle of a batch
+
+    _writer(store)._check_connection = bug  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailableError, match="writer stopped"):
         await asyncio.wait_for(store.put_config(config(id="b")), 5)  # the batch in hand
     with pytest.raises(StoreUnavailableError, match="writer stopped"):

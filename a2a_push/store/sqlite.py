@@ -1,12 +1,10 @@
 """SQLite backend (the embedded default): WAL, group commit, fsync off the event loop.
 
-All writes (publishes, claims, outcomes) are queued and run as one transaction per
-batch: concurrent publishes share one commit (group commit). The statements run on the
-event loop itself — they take microseconds, and a second thread would spend more on
-handing the GIL back and forth than it saves — while the slow part, making a commit
-durable, is an ``fsync`` of the WAL file on a worker thread, awaited only by batches
-that need it (publishes and config changes; not claims or outcomes). Checkpoints run on
-their own connection and thread. Reads use an aiosqlite connection of their own.
+All writes (publishes, claims, outcomes) go through the group-commit writer of
+``sqlite_writer``: concurrent writes share one transaction, run on the event loop, and
+the fsync of the WAL that makes a commit durable runs on a worker thread, awaited only by
+batches that need it (publishes and config changes; not claims or outcomes). Checkpoints
+run on their own connection and thread. Reads use an aiosqlite connection of their own.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -29,7 +26,6 @@ from ..endpoints import endpoint_of
 from ..errors import (
     SecretDecryptionError,
     StoreClosedError,
-    StoreUnavailableError,
     TooManyConfigsError,
 )
 from .base import (
@@ -48,15 +44,10 @@ from .paging import decode_page_token, encode_page_token
 from .rows import RowMapping
 from .secrets import SecretBox
 from .sql import migrations, queries
+from .sqlite_writer import SQLiteWriter
 
 T = TypeVar("T")
 _Q = queries("sqlite")
-_MAX_BATCH = 512
-# Before committing, the writer lets the event loop run while that keeps adding writes
-# (at most this many turns): under load one commit then carries many deliveries' writes,
-# and a commit's cost is mostly the pages it writes, which the writes in it share. With
-# nothing else ready, the first turn adds nothing and the batch commits at once.
-_GATHER_TURNS = 8
 # The writer's page cache, in KiB (SQLite's default is 2 MiB): enough for the hot index
 # pages of a large backlog, so claims and outcomes do not read them back from the file.
 _CACHE_KIB = 32 * 1024
@@ -66,7 +57,6 @@ _CHECKPOINT_MIN_BATCHES = 1  # checkpoint after any write since the last one
 log = logging.getLogger("a2a_push.store.sqlite")
 
 Synchronous = Literal["FULL", "NORMAL"]
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
 
 
 class SQLiteStore(RowMapping, Store):
@@ -89,39 +79,35 @@ class SQLiteStore(RowMapping, Store):
         self._synchronous = synchronous
         self._box = SecretBox(self.options.encryption_keys)
         self._executor: ThreadPoolExecutor | None = None  # connect, close, checkpoints
-        self._syncer: ThreadPoolExecutor | None = None  # WAL fsyncs
-        self._wal_fd: int | None = None
         self._checkpointer: asyncio.Task[None] | None = None
-        self._wal_frames_since_checkpoint = 0
+        self._checkpointed_at_commit = 0
         self._conn: sqlite3.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: list[_Op] = []
-        self._wake = asyncio.Event()
-        self._writer_task: asyncio.Task[None] | None = None
+        self._writer: SQLiteWriter | None = None
         self._closed = False
-        # Set when the writer cannot go on (a failed fsync, the writer stopped): every
-        # write then fails with it instead of waiting.
-        self._broken: StoreUnavailableError | None = None
-        self._in_hand: list[_Op] = []  # the batch the writer is committing
 
     # ---- lifecycle -------------------------------------------------------------------
 
     async def open(self) -> None:
-        if self._writer_task is not None:
+        if self._writer is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="a2a-push-sqlite")
-        self._syncer = ThreadPoolExecutor(1, thread_name_prefix="a2a-push-fsync")
         loop = asyncio.get_running_loop()
         self._conn = await loop.run_in_executor(self._executor, self._connect_writer)
-        self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
         self._checkpointer = asyncio.create_task(
             self._checkpoint_loop(), name="a2a-push-sqlite-checkpoint"
         )
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA busy_timeout = 5000")
-        self._writer_task = asyncio.create_task(self._writer_loop(), name="a2a-push-sqlite-writer")
+        self._writer = SQLiteWriter(
+            self._conn,
+            f"{self.path}-wal",
+            durable=self._synchronous == "FULL",
+            name="a2a-push-sqlite",
+        )
+        self._writer.start()
 
     def _connect_writer(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -158,18 +144,8 @@ class SQLiteStore(RowMapping, Store):
         if self._closed:
             return
         self._closed = True
-        if self._writer_task is not None:
-            self._wake.set()
-            try:
-                await self._writer_task
-            except asyncio.CancelledError:
-                if self._writer_task.cancelled():
-                    log.error("the SQLite writer had been cancelled; closing anyway")
-                else:
-                    raise  # close() itself was cancelled
-            except Exception as exc:
-                # It already failed every write; the rest must still be closed.
-                log.error("the SQLite writer had stopped: %s; closing anyway", exc)
+        if self._writer is not None:
+            await self._writer.close()
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -182,23 +158,12 @@ class SQLiteStore(RowMapping, Store):
                 # Closing the last connection checkpoints the WAL: off the event loop.
                 await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
             self._executor.shutdown(wait=True)
-        if self._wal_fd is not None:
-            os.close(self._wal_fd)
-            self._wal_fd = None
-        if self._syncer is not None:
-            self._syncer.shutdown(wait=True)
 
     def debug_state(self) -> dict[str, object]:
         """Internals, for diagnosing a stuck writer."""
-        task = self._writer_task
-        return {
-            "writer_running": task is not None and not task.done(),
-            "writer_error": repr(task.exception())
-            if task is not None and task.done() and not task.cancelled()
-            else None,
-            "queued": len(self._queue),
-            "wake_set": self._wake.is_set(),
-        }
+        if self._writer is None:
+            return {"writer_running": False}
+        return self._writer.debug_state()
 
     # ---- the writer ------------------------------------------------------------------
 
@@ -210,112 +175,19 @@ class SQLiteStore(RowMapping, Store):
         commits without an fsync even under ``synchronous="FULL"``. Publishes and config
         changes always get the configured durability.
         """
-        if self._closed or self._writer_task is None:
+        if self._closed or self._writer is None:
             raise StoreClosedError("the SQLite store is not open (call open() first)")
-        if self._broken is not None:
-            raise StoreUnavailableError(str(self._broken))
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((fn, fut, sync))
-        self._wake.set()
-        return await fut
-
-    async def _writer_loop(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                await self._gather()
-                self._wake.clear()
-                while self._queue:
-                    batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                    if not await self._commit_batch(batch):
-                        # Another connection (another process) holds the write lock: wait
-                        # without blocking the event loop, then try the same batch again.
-                        self._queue[:0] = batch
-                        await asyncio.sleep(0.005)
-                if self._closed:
-                    return
-        except BaseException as exc:
-            # The writer must never leave a caller waiting: the batch in hand and whatever
-            # is queued fail, and so does every later write.
-            if self._broken is None:
-                self._broken = StoreUnavailableError(
-                    f"the SQLite writer stopped ({type(exc).__name__}: {exc}); restart the process"
-                )
-            stranded, self._queue = self._in_hand + self._queue, []
-            _settle(stranded, [(False, self._broken)] * len(stranded))
-            raise
-
-    async def _commit_batch(self, batch: list[_Op]) -> bool:
-        """Run and commit one batch and settle its callers; False when the write lock is
-        held by another connection (nothing was run)."""
-        if self._broken is not None:
-            # Nothing more is written once durability cannot be promised, queued or not.
-            _settle(batch, [(False, self._broken)] * len(batch))
-            return True
-        # Cleared only on a normal return: if the writer dies on the way, its handler
-        # settles this batch along with the queue.
-        self._in_hand = batch
-        done = await self._commit_in_hand(batch)
-        self._in_hand = []
-        return done
-
-    async def _commit_in_hand(self, batch: list[_Op]) -> bool:
-        try:
-            results = self._run_batch(batch)
-        except sqlite3.Error as exc:
-            # BEGIN failed (disk I/O error, disk full...): nothing of the batch was
-            # committed. Its callers get the error; the writer carries on, unless the
-            # connection is stuck in a transaction it cannot roll back.
-            log.error("an SQLite write transaction failed: %s", exc)
-            _settle(batch, [(False, _unavailable(exc))] * len(batch))
-            self._check_connection()
-            await asyncio.sleep(0.01)
-            return True
-        if results is None:
-            return False
-        self._check_connection()
-        self._wal_frames_since_checkpoint += len(batch)
-        if self._synchronous == "FULL" and any(sync for _, _, sync in batch):
-            try:
-                assert self._wal_fd is not None
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._syncer, os.fsync, self._wal_fd)
-            except OSError as exc:
-                # After a failed fsync the kernel may have dropped the pages it could not
-                # write and a later fsync can still succeed: nothing written from now on
-                # could be promised durable. The writes that needed durability fail, the
-                # others (already committed) stand, and the store refuses further writes.
-                log.critical("fsync of the SQLite WAL failed: %s; refusing writes", exc)
-                self._broken = StoreUnavailableError(
-                    f"an fsync of the SQLite WAL failed ({exc}); writes are refused until "
-                    "the process restarts: check the disk first"
-                )
-                results = [
-                    (False, self._broken) if sync else result
-                    for (_, _, sync), result in zip(batch, results, strict=True)
-                ]
-        _settle(batch, results)
-        return True
-
-    async def _gather(self) -> None:
-        """Let the event loop run while that keeps queueing writes (see _GATHER_TURNS)."""
-        queued = len(self._queue)
-        for _ in range(_GATHER_TURNS):
-            if queued >= _MAX_BATCH or self._closed:
-                return
-            await asyncio.sleep(0)
-            if len(self._queue) == queued:
-                return
-            queued = len(self._queue)
+        return await self._writer.write(fn, sync=sync)
 
     async def _checkpoint_loop(self) -> None:
         """Move committed WAL frames into the database file now and then, on a thread."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(_CHECKPOINT_INTERVAL)
-            if self._wal_frames_since_checkpoint < _CHECKPOINT_MIN_BATCHES:
+            commits = self._writer.commits if self._writer is not None else 0
+            if commits - self._checkpointed_at_commit < _CHECKPOINT_MIN_BATCHES:
                 continue
-            self._wal_frames_since_checkpoint = 0
+            self._checkpointed_at_commit = commits
             try:
                 await loop.run_in_executor(self._executor, self._checkpoint)
             except sqlite3.Error:
@@ -328,61 +200,6 @@ class SQLiteStore(RowMapping, Store):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             conn.close()
-
-    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
-        """Run a batch as one transaction; None when the write lock is held elsewhere."""
-        conn = self._conn
-        assert conn is not None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if _is_busy(exc):
-                return None
-            raise
-        try:
-            results = [(True, fn(conn)) for fn, _, _ in batch]
-            conn.execute("COMMIT")
-            return results
-        except Exception:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # a failure here: nothing committed, raised
-        if len(batch) == 1:
-            return [self._run_one(conn, batch[0][0])]
-        # One op failed: run each alone so the others still commit.
-        return [self._run_one(conn, fn) for fn, _, _ in batch]
-
-    @staticmethod
-    def _run_one(
-        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]
-    ) -> tuple[bool, Any]:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            value = fn(conn)
-            conn.execute("COMMIT")
-            return True, value
-        except Exception as exc:
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error as failed:
-                    # Reported to this op alone: the ops before it stay committed, and
-                    # the writer checks the connection after the batch.
-                    return False, failed
-            return False, exc
-
-    def _check_connection(self) -> None:
-        """After a failure: a connection left inside a transaction is rolled back, or, if
-        that fails too, the store stops taking writes (every BEGIN would fail)."""
-        conn = self._conn
-        if conn is None or not conn.in_transaction:
-            return
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            log.critical("SQLite connection stuck in a transaction: %s; refusing writes", exc)
-            self._broken = StoreUnavailableError(
-                f"the SQLite connection cannot roll back ({exc}); restart the process"
-            )
 
     async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         if self._closed or self._reader is None:
@@ -712,30 +529,6 @@ def _enqueue(
     conn.executemany(_Q["insert_delivery"], rows)
     conn.executemany(_Q["open_lane"], lanes)
     return seq, ids
-
-
-def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
-    """Hand each queued write its result; SQLite operational errors (I/O, locks) become
-    StoreUnavailableError, which callers treat as transient."""
-    for (_, fut, _sync), (ok, value) in zip(batch, results, strict=True):
-        if fut.done():
-            continue
-        if ok:
-            fut.set_result(value)
-        elif isinstance(value, sqlite3.OperationalError):
-            fut.set_exception(_unavailable(value))
-        else:
-            fut.set_exception(value)
-
-
-def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
-    error = StoreUnavailableError(f"SQLite: {exc}")
-    error.__cause__ = exc
-    return error
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _apply_outcome(

@@ -1,0 +1,275 @@
+"""The group-commit writer of an SQLite database, shared by the notifier's outbox and
+the receiver's store.
+
+All writes are queued and run as one transaction per batch: concurrent writes share one
+commit. The statements run on the event loop itself (microseconds each; a second thread
+would spend more handing the GIL back and forth than it saves), while making a commit
+durable, an ``fsync`` of the WAL file, runs on a worker thread and is awaited only by
+batches that need it. Before committing, the writer lets the event loop run for as long
+as that keeps adding writes (at most ``_GATHER_TURNS`` turns): under load one commit then
+carries many writes, and a commit's cost is mostly the pages it writes, which they share.
+
+Failures never leave a caller waiting: a transaction that cannot start fails its batch
+(``StoreUnavailableError``) and the writer goes on; after a failed fsync (the kernel may
+have dropped pages that a later fsync would not report) or a connection stuck in a
+transaction, every write is refused until the process restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..errors import StoreUnavailableError
+
+T = TypeVar("T")
+_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
+_MAX_BATCH = 512
+_GATHER_TURNS = 8
+
+log = logging.getLogger("a2a_push.store.sqlite")
+
+
+class SQLiteWriter:
+    """Runs queued write functions on ``conn`` (a connection with ``synchronous=NORMAL``
+    and ``busy_timeout=0``) in group commits; fsyncs the WAL at ``wal_path`` for batches
+    holding a durable write when ``durable``."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, wal_path: str, *, durable: bool, name: str
+    ) -> None:
+        self._conn = conn
+        self._durable = durable
+        self._name = name
+        self._wal_fd: int | None = None
+        self._syncer: ThreadPoolExecutor | None = None
+        self._queue: list[_Op] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        # Set when the writer cannot go on (a failed fsync, the writer stopped): every
+        # write then fails with it instead of waiting.
+        self._broken: StoreUnavailableError | None = None
+        self._in_hand: list[_Op] = []  # the batch being committed
+        self._wal_path = wal_path
+        self.commits = 0  # batches committed (the notifier's checkpoints read it)
+
+    def start(self) -> None:
+        self._wal_fd = os.open(self._wal_path, os.O_RDONLY)
+        self._syncer = ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-fsync")
+        self._task = asyncio.create_task(self._writer_loop(), name=f"{self._name}-writer")
+
+    async def close(self) -> None:
+        """Finish what is queued, then stop (whatever state the writer is in)."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                if not self._task.cancelled():
+                    raise  # close() itself was cancelled
+                log.error("the SQLite writer had been cancelled; closing anyway")
+            except Exception as exc:
+                # It already failed every write; the rest must still be closed.
+                log.error("the SQLite writer had stopped: %s; closing anyway", exc)
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
+        if self._syncer is not None:
+            self._syncer.shutdown(wait=True)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, sync: bool = True) -> T:
+        """Run ``fn`` in the next group commit; ``sync=False``: its batch needs no fsync
+        for it (bookkeeping whose loss on power failure only repeats work)."""
+        if self._broken is not None:
+            raise StoreUnavailableError(str(self._broken))
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((fn, fut, sync))
+        self._wake.set()
+        return await fut
+
+    def debug_state(self) -> dict[str, object]:
+        task = self._task
+        return {
+            "writer_running": task is not None and not task.done(),
+            "writer_error": repr(task.exception())
+            if task is not None and task.done() and not task.cancelled()
+            else None,
+            "writer_broken": str(self._broken) if self._broken else None,
+            "queued": len(self._queue),
+            "wake_set": self._wake.is_set(),
+        }
+
+    async def _writer_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                await self._gather()
+                self._wake.clear()
+                while self._queue:
+                    batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                    if not await self._commit_batch(batch):
+                        # Another connection (another process) holds the write lock: wait
+                        # without blocking the event loop, then try the same batch again.
+                        self._queue[:0] = batch
+                        await asyncio.sleep(0.005)
+                if self._closed:
+                    return
+        except BaseException as exc:
+            # The writer must never leave a caller waiting: the batch in hand and whatever
+            # is queued fail, and so does every later write.
+            if self._broken is None:
+                self._broken = StoreUnavailableError(
+                    f"the SQLite writer stopped ({type(exc).__name__}: {exc}); restart the process"
+                )
+            stranded, self._queue = self._in_hand + self._queue, []
+            _settle(stranded, [(False, self._broken)] * len(stranded))
+            raise
+
+    async def _commit_batch(self, batch: list[_Op]) -> bool:
+        """Run and commit one batch and settle its callers; False when the write lock is
+        held by another connection (nothing was run)."""
+        if self._broken is not None:
+            # Nothing more is written once durability cannot be promised, queued or not.
+            _settle(batch, [(False, self._broken)] * len(batch))
+            return True
+        # Cleared only on a normal return: if the writer dies on the way, its handler
+        # settles this batch along with the queue.
+        self._in_hand = batch
+        done = await self._commit_in_hand(batch)
+        self._in_hand = []
+        return done
+
+    async def _commit_in_hand(self, batch: list[_Op]) -> bool:
+        try:
+            results = self._run_batch(batch)
+        except sqlite3.Error as exc:
+            # BEGIN failed (disk I/O error, disk full...): nothing of the batch was
+            # committed. Its callers get the error; the writer carries on, unless the
+            # connection is stuck in a transaction it cannot roll back.
+            log.error("an SQLite write transaction failed: %s", exc)
+            _settle(batch, [(False, _unavailable(exc))] * len(batch))
+            self._check_connection()
+            await asyncio.sleep(0.01)
+            return True
+        if results is None:
+            return False
+        self._check_connection()
+        self.commits += 1
+        if self._durable and any(sync for _, _, sync in batch):
+            try:
+                assert self._wal_fd is not None
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._syncer, os.fsync, self._wal_fd)
+            except OSError as exc:
+                # After a failed fsync the kernel may have dropped the pages it could not
+                # write and a later fsync can still succeed: nothing written from now on
+                # could be promised durable. The writes that needed durability fail, the
+                # others (already committed) stand, and the store refuses further writes.
+                log.critical("fsync of the SQLite WAL failed: %s; refusing writes", exc)
+                self._broken = StoreUnavailableError(
+                    f"an fsync of the SQLite WAL failed ({exc}); writes are refused until "
+                    "the process restarts: check the disk first"
+                )
+                results = [
+                    (False, self._broken) if sync else result
+                    for (_, _, sync), result in zip(batch, results, strict=True)
+                ]
+        _settle(batch, results)
+        return True
+
+    async def _gather(self) -> None:
+        """Let the event loop run while that keeps queueing writes (see _GATHER_TURNS)."""
+        queued = len(self._queue)
+        for _ in range(_GATHER_TURNS):
+            if queued >= _MAX_BATCH or self._closed:
+                return
+            await asyncio.sleep(0)
+            if len(self._queue) == queued:
+                return
+            queued = len(self._queue)
+
+    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
+        """Run a batch as one transaction; None when the write lock is held elsewhere."""
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return None
+            raise
+        try:
+            results = [(True, fn(conn)) for fn, _, _ in batch]
+            conn.execute("COMMIT")
+            return results
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # a failure here: nothing committed, raised
+        if len(batch) == 1:
+            return [self._run_one(conn, batch[0][0])]
+        # One op failed: run each alone so the others still commit.
+        return [self._run_one(conn, fn) for fn, _, _ in batch]
+
+    @staticmethod
+    def _run_one(
+        conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]
+    ) -> tuple[bool, Any]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            value = fn(conn)
+            conn.execute("COMMIT")
+            return True, value
+        except Exception as exc:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error as failed:
+                    # Reported to this op alone: the ops before it stay committed, and
+                    # the writer checks the connection after the batch.
+                    return False, failed
+            return False, exc
+
+    def _check_connection(self) -> None:
+        """After a failure: a connection left inside a transaction is rolled back, or, if
+        that fails too, the store stops taking writes (every BEGIN would fail)."""
+        conn = self._conn
+        if conn is None or not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.critical("SQLite connection stuck in a transaction: %s; refusing writes", exc)
+            self._broken = StoreUnavailableError(
+                f"the SQLite connection cannot roll back ({exc}); restart the process"
+            )
+
+
+def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
+    """Hand each queued write its result; SQLite operational errors (I/O, locks) become
+    StoreUnavailableError, which callers treat as transient."""
+    for (_, fut, _sync), (ok, value) in zip(batch, results, strict=True):
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        elif isinstance(value, sqlite3.OperationalError):
+            fut.set_exception(_unavailable(value))
+        else:
+            fut.set_exception(value)
+
+
+def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
+    error = StoreUnavailableError(f"SQLite: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
