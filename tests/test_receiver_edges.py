@@ -21,6 +21,8 @@ from a2a_push.signing import KeySet, WebhookSigner
 from receiver.app import RECEIVER, Receiver, create_app
 from receiver.settings import ReceiverSettings
 
+from .receiver_support import status_update
+
 ALICE = "alice-api-key-0123456789"
 BOB = "bob-api-key-0123456789abc"
 
@@ -114,6 +116,29 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def _settings(tmp_path: Path, agents: list[dict[str, Any]], **extra: Any) -> ReceiverSettings:
+    return ReceiverSettings.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": _port(),
+            "data_dir": tmp_path / "receiver",
+            "agents": agents,
+            "api_keys": [
+                {"client_id": "alice", "api_key": ALICE},
+                {"client_id": "bob", "api_key": BOB},
+            ],
+            "fetch_coalesce_seconds": 0.01,
+            **extra,
+        }
+    )
+
+
+async def _start_receiver(settings: ReceiverSettings) -> TestServer:
+    server = TestServer(create_app(settings), host="127.0.0.1", port=settings.port)
+    await server.start_server()
+    return server
+
+
 @asynccontextmanager
 async def setup(tmp_path: Path, **extra: Any) -> AsyncIterator[Setup]:
     agent = ScriptedAgent()
@@ -122,25 +147,14 @@ async def setup(tmp_path: Path, **extra: Any) -> AsyncIterator[Setup]:
     agent_server = TestServer(app, host="127.0.0.1")
     await agent_server.start_server()
     agent_url = str(agent_server.make_url("/")).rstrip("/")
-    port = _port()
-    settings = ReceiverSettings.model_validate(
-        {
-            "host": "127.0.0.1",
-            "port": port,
-            "data_dir": tmp_path / "receiver",
-            "agents": [{"url": agent_url, "auth": ["token"]}],
-            "api_keys": [
-                {"client_id": "alice", "api_key": ALICE},
-                {"client_id": "bob", "api_key": BOB},
-            ],
-            "fetch_coalesce_seconds": 0.01,
-            "fetch_min_interval_seconds": 0,
-            "fetch_attempts": 1,
-            **extra,
-        }
+    settings = _settings(
+        tmp_path,
+        [{"url": agent_url, "auth": ["token"]}],
+        fetch_min_interval_seconds=0,
+        fetch_attempts=1,
+        **extra,
     )
-    receiver_server = TestServer(create_app(settings), host="127.0.0.1", port=port)
-    await receiver_server.start_server()
+    receiver_server = await _start_receiver(settings)
     try:
         async with aiohttp.ClientSession() as session:
             yield Setup(agent, agent_url, settings.base_url, receiver_server.app[RECEIVER], session)
@@ -306,22 +320,12 @@ async def test_agents_sharing_an_issuer_each_get_their_own_webhooks(tmp_path: Pa
     server = TestServer(host, host="127.0.0.1")
     await server.start_server()
     root = str(server.make_url("/")).rstrip("/")
-    port = _port()
-    settings = ReceiverSettings.model_validate(
-        {
-            "host": "127.0.0.1",
-            "port": port,
-            "data_dir": tmp_path / "receiver",
-            "agents": [
-                {"url": f"{root}/a/", "auth": ["jwt"], "jwks_url": f"{root}/.well-known/jwks.json"},
-                {"url": f"{root}/b/", "auth": ["jwt"], "jwks_url": f"{root}/.well-known/jwks.json"},
-            ],
-            "api_keys": [{"client_id": "alice", "api_key": ALICE}],
-            "fetch_coalesce_seconds": 0.01,
-        }
+    jwks_url = f"{root}/.well-known/jwks.json"
+    settings = _settings(
+        tmp_path,
+        [{"url": f"{root}/{n}/", "auth": ["jwt"], "jwks_url": jwks_url} for n in ("a", "b")],
     )
-    receiver_server = TestServer(create_app(settings), host="127.0.0.1", port=port)
-    await receiver_server.start_server()
+    receiver_server = await _start_receiver(settings)
     signer = WebhookSigner(keys, issuer=root)  # the host's issuer, shared by both
     try:
         async with aiohttp.ClientSession() as session:
@@ -334,15 +338,7 @@ async def test_agents_sharing_an_issuer_each_get_their_own_webhooks(tmp_path: Pa
                     assert resp.status == 201, await resp.text()
             for name in ("b", "a"):
                 config = next(p for n, p in created if n == name)
-                body = json.dumps(
-                    {
-                        "statusUpdate": {
-                            "taskId": f"task-{name}",
-                            "contextId": "ctx",
-                            "status": {"state": "TASK_STATE_WORKING"},
-                        }
-                    }
-                ).encode()
+                body = status_update(f"task-{name}", "TASK_STATE_WORKING")
                 jwt = signer.sign(
                     body=body,
                     audience=settings.webhook_url,
@@ -364,15 +360,7 @@ async def test_agents_sharing_an_issuer_each_get_their_own_webhooks(tmp_path: Pa
             # A sender whose JWTs name neither the config nor the task (both optional):
             # the body's task, which the JWT's body hash covers, tells the agents apart.
             for name in ("b", "a"):
-                body = json.dumps(
-                    {
-                        "statusUpdate": {
-                            "taskId": f"task-{name}",
-                            "contextId": "ctx",
-                            "status": {"state": "TASK_STATE_COMPLETED"},
-                        }
-                    }
-                ).encode()
+                body = status_update(f"task-{name}", "TASK_STATE_COMPLETED")
                 jwt = _bare_jwt(keys, root, settings.webhook_url, f"bare_{name}", body)
                 async with session.post(
                     settings.webhook_url,
