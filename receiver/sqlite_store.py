@@ -64,7 +64,7 @@ class SQLiteReceiverStore(ReceiverStore):
         _migrate(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         # The writer never waits for a lock held by another process (another worker) on
-        # the event loop: it backs off asynchronously instead (see _writer_loop).
+        # the event loop: it backs off asynchronously instead (see a2a_push.store.sqlite_writer).
         conn.execute("PRAGMA busy_timeout = 0")
         self._conn = conn
         reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)

@@ -291,3 +291,54 @@ async def test_a_writer_that_dies_fails_its_callers_and_the_store_still_closes(
     with pytest.raises(StoreUnavailableError, match="writer stopped"):
         await asyncio.wait_for(store.put_config(config(id="c")), 5)  # later writes
     await asyncio.wait_for(store.close(), 5)
+
+
+class _LockTakenAt:
+    """The writer's connection, but its ``n``-th BEGIN IMMEDIATE finds the database
+    locked by another process (once)."""
+
+    def __init__(self, conn: sqlite3.Connection, n: int) -> None:
+        self._conn, self._n = conn, n
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "BEGIN IMMEDIATE":
+            self._n -= 1
+            if self._n == 0:
+                raise sqlite3.OperationalError("database is locked")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+async def test_a_write_that_finds_the_lock_taken_in_the_one_by_one_fallback_is_retried(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        await store.put_config(config(id="a"))
+        writer = _writer(store)
+        real = writer._conn
+        # BEGINs: 1 the batch (op "bad" fails, rolled back), 2 "bad" alone, 3 "good"
+        # alone: another process holds the lock just then.
+        writer._conn = _LockTakenAt(real, 3)  # type: ignore[assignment]
+
+        def bad(conn: sqlite3.Connection) -> None:
+            raise ValueError("bad op")
+
+        def good(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT count(*) FROM configs").fetchone()[0])
+
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(store._write(bad), store._write(good), return_exceptions=True), 5
+            )
+        finally:
+            writer._conn = real
+        assert isinstance(results[0], ValueError)  # its own error, not a lock error
+        assert results[1] == 1  # retried once the lock was free, not failed

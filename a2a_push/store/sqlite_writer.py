@@ -87,6 +87,8 @@ class SQLiteWriter:
     async def write(self, fn: Callable[[sqlite3.Connection], T], *, sync: bool = True) -> T:
         """Run ``fn`` in the next group commit; ``sync=False``: its batch needs no fsync
         for it (bookkeeping whose loss on power failure only repeats work)."""
+        if self._closed and self._task is not None and self._task.done():
+            raise StoreUnavailableError("the SQLite writer is closed")
         if self._broken is not None:
             raise StoreUnavailableError(str(self._broken))
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -162,6 +164,14 @@ class SQLiteWriter:
             return False
         self._check_connection()
         self.commits += 1
+        # Ops the one-by-one fallback could not start (another process took the lock in
+        # between) go back to the front of the queue, to be retried after the back-off.
+        retry = [op for op, result in zip(batch, results, strict=True) if result is None]
+        if retry:
+            self._queue[:0] = retry
+            pairs = [(op, r) for op, r in zip(batch, results, strict=True) if r is not None]
+            batch, results = [op for op, _ in pairs], [r for _, r in pairs]
+        done: list[tuple[bool, Any]] = [r for r in results if r is not None]
         if self._durable and any(sync for _, _, sync in batch):
             try:
                 assert self._wal_fd is not None
@@ -177,11 +187,11 @@ class SQLiteWriter:
                     f"an fsync of the SQLite WAL failed ({exc}); writes are refused until "
                     "the process restarts: check the disk first"
                 )
-                results = [
+                done = [
                     (False, self._broken) if sync else result
-                    for (_, _, sync), result in zip(batch, results, strict=True)
+                    for (_, _, sync), result in zip(batch, done, strict=True)
                 ]
-        _settle(batch, results)
+        _settle(batch, done)
         return True
 
     async def _gather(self) -> None:
@@ -195,8 +205,12 @@ class SQLiteWriter:
                 return
             queued = len(self._queue)
 
-    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any]] | None:
-        """Run a batch as one transaction; None when the write lock is held elsewhere."""
+    def _run_batch(self, batch: list[_Op]) -> list[tuple[bool, Any] | None] | None:
+        """Run a batch as one transaction; None when the write lock is held elsewhere.
+
+        When an op fails, the batch is rolled back and each op runs on its own, so the
+        others still commit; an op that could not start then (the lock was taken by
+        another process meanwhile) has None for a result."""
         conn = self._conn
         assert conn is not None
         try:
@@ -206,23 +220,30 @@ class SQLiteWriter:
                 return None
             raise
         try:
-            results = [(True, fn(conn)) for fn, _, _ in batch]
+            results: list[tuple[bool, Any] | None] = [(True, fn(conn)) for fn, _, _ in batch]
             conn.execute("COMMIT")
             return results
-        except Exception:
+        except Exception as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # a failure here: nothing committed, raised
+            failure = exc
         if len(batch) == 1:
-            return [self._run_one(conn, batch[0][0])]
+            return [(False, failure)]
         # One op failed: run each alone so the others still commit.
         return [self._run_one(conn, fn) for fn, _, _ in batch]
 
     @staticmethod
     def _run_one(
         conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]
-    ) -> tuple[bool, Any]:
+    ) -> tuple[bool, Any] | None:
+        """``fn`` in a transaction of its own; None when the lock is held elsewhere."""
         try:
             conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return None
+            return False, exc
+        try:
             value = fn(conn)
             conn.execute("COMMIT")
             return True, value
