@@ -70,10 +70,11 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
-from a2a_push.protocol.v03 import V03FormatError, message_from_v03, task_to_v03
+from a2a_push.protocol.v03 import V03FormatError, config_to_v03, message_from_v03, task_to_v03
 from a2a_push.server import PushConfigService, agent_card_push_fields, mount, negotiate_version
 from a2a_push.server.app import JSON_MEDIA_TYPES
 from a2a_push.server.inline import parse_inline_config, register_inline_config
+from a2a_push.server.push_config import task_id_of
 
 log = logging.getLogger("a2a_push.mock_agent")
 
@@ -323,6 +324,11 @@ class MockAgent:
         """
         if method in self.service.methods:
             if self.gateway is not None:
+                # The gateway knows which agent owns a task, not which of this agent's
+                # callers does: only the task's own caller may manage its configs.
+                task_id = task_id_of(method, params)
+                if task_id is not None and self.tasks.get(task_id, owner) is None:
+                    raise A2AError.task_not_found(task_id)
                 return await self.gateway.call(method, params, owner=owner, version=version)
             return await self.service.handle(method, params, version=version, owner=owner)
         handler = self._methods.get(method)
@@ -543,6 +549,17 @@ class MockAgent:
             return
         # The gateway keeps the config; the task's first event there claims the task id.
         await self.gateway.publish(task.id, task)
+        if version == VERSION_0_3:
+            # Registered as v0.3, so its webhooks are v0.3 too (and, as v0.3 servers did,
+            # an id-less config is keyed by its task).
+            config = config.model_copy(update={"task_id": task.id, "id": config.id or task.id})
+            await self.gateway.call(
+                "tasks/pushNotificationConfig/set",
+                config_to_v03(config),
+                owner=owner,
+                version=VERSION_0_3,
+            )
+            return
         params = config.model_copy(update={"task_id": task.id}).to_json_dict()
         await self.gateway.call(
             "CreateTaskPushNotificationConfig", params, owner=owner, version=VERSION_1_0

@@ -92,3 +92,67 @@ async def test_mock_agent_posts_events_and_configs_through_the_gateway(tmp_path:
             assert all(h.header("X-A2A-Notification-Token") == "tok-1" for h in hooks)
         finally:
             await agent.close()
+
+
+async def test_in_gateway_mode_only_a_tasks_caller_manages_its_configs_and_v03_stays_v03(
+    tmp_path: Path,
+) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
+    ):
+        agent = TestServer(
+            create_agent_app(
+                data_dir=tmp_path / "agent",
+                allow_webhook_hosts=["127.0.0.1"],
+                public_url="http://agent.test",
+                step_delay=0.02,
+                gateway_url=gateway_url,
+                gateway_key=AGENT_KEY,
+            ),
+            host="127.0.0.1",
+        )
+        await agent.start_server()
+        alice = {"Authorization": "Bearer alice-token"}
+        bob = {"Authorization": "Bearer bob-token", "A2A-Version": "1.0"}
+        try:
+            async with aiohttp.ClientSession() as session:
+
+                async def call(method: str, params: dict[str, object], headers: dict[str, str]):  # type: ignore[no-untyped-def]
+                    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+                    async with session.post(agent.make_url("/"), json=body, headers=headers) as r:
+                        return await r.json()
+
+                # Alice, a v0.3 client, sends a message with an inline push config.
+                message = {
+                    "kind": "message",
+                    "messageId": str(uuid.uuid4()),
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "roll 1d6"}],
+                }
+                answer = await call(
+                    "message/send",
+                    {
+                        "message": message,
+                        "configuration": {"pushNotificationConfig": {"url": sink.url()}},
+                    },
+                    {**alice, "A2A-Version": "0.3"},
+                )
+                task_id = answer["result"]["id"]
+                # Bob cannot put a webhook on Alice's task, nor see hers.
+                created = await call(
+                    "CreateTaskPushNotificationConfig",
+                    {"taskId": task_id, "url": sink.url("/bob")},
+                    bob,
+                )
+                assert created["error"]["code"] == -32001, created
+                listed = await call("ListTaskPushNotificationConfigs", {"taskId": task_id}, bob)
+                assert listed["error"]["code"] == -32001, listed
+            await sink.wait_for(2, path="/hook")
+            hooks = sink.on("/hook")
+            # Registered by a v0.3 request: v0.3 webhooks (a bare Task with "kind").
+            assert all(h.header("A2A-Version") == "0.3" for h in hooks)
+            assert json.loads(hooks[0].body).get("kind") == "task"
+            assert sink.on("/bob") == []
+        finally:
+            await agent.close()

@@ -389,7 +389,7 @@ async def test_push_disabled_refuses_every_method(setup: Setup) -> None:
         assert error_reason(body["error"]) == "PUSH_NOTIFICATION_NOT_SUPPORTED"
 
 
-@pytest.mark.parametrize("version", ["2.0", "0.2", "abc", "1.x"])
+@pytest.mark.parametrize("version", ["2.0", "0.2", "abc", "1.x", "1" * 5000, "1." + "0" * 5000])
 async def test_an_unsupported_version_is_refused(setup: Setup, version: str) -> None:
     client, notifier = await setup()
     body = await rpc(
@@ -448,6 +448,19 @@ async def test_without_a_version_v10_method_names_are_served_as_v10(setup: Setup
         ({"taskId": TASK, "url": HOOK, "authentication": "Bearer"}, "authentication"),
         ({"url": HOOK}, "taskId"),
         ({"taskId": 7, "url": HOOK}, "taskId"),
+        # Lone surrogates are not text: nothing to store in UTF-8 or send in a header.
+        ({"taskId": TASK, "url": HOOK, "token": "\ud800x"}, "token"),
+        ({"taskId": TASK, "url": HOOK, "id": "\udfff"}, "id"),
+        (
+            {
+                "taskId": TASK,
+                "url": HOOK,
+                "authentication": {"scheme": "Bearer", "credentials": "a\ud800"},
+            },
+            "authentication.credentials",
+        ),
+        # The wrapper form's inner task must be the one named outside.
+        ({"taskId": TASK, "config": {"url": HOOK, "taskId": "other"}}, "config.taskId"),
     ],
 )
 async def test_invalid_configs_name_the_field_and_store_nothing(
@@ -493,6 +506,14 @@ async def test_bad_requests_get_jsonrpc_errors(setup: Setup, raw: bytes, code: i
     status, body = await post_raw(client, raw)
     assert status == 200
     assert body["error"]["code"] == code and body["jsonrpc"] == "2.0"
+
+
+async def test_a_lone_surrogate_request_id_still_gets_a_jsonrpc_answer(setup: Setup) -> None:
+    client, _ = await setup()
+    raw = b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ListTaskPushNotificationConfigs", '
+    raw += b'"params": {"taskId": "' + TASK.encode() + b'"}}'
+    status, body = await post_raw(client, raw, **ALICE)
+    assert status == 200 and body["jsonrpc"] == "2.0" and body["id"] == "\ud800"
 
 
 async def test_an_oversized_body_is_413_json(setup: Setup) -> None:
@@ -607,6 +628,12 @@ async def test_rest_errors_are_google_rpc_status(setup: Setup) -> None:
     resp = await client.post(
         f"/tasks/{TASK}/pushNotificationConfigs",
         json={"taskId": "other", "url": HOOK},
+        headers=ALICE,
+    )
+    assert resp.status == 400
+    resp = await client.post(  # the wrapper form must not name another task either
+        f"/tasks/{TASK}/pushNotificationConfigs",
+        json={"config": {"url": HOOK, "taskId": "other"}},
         headers=ALICE,
     )
     assert resp.status == 400

@@ -182,6 +182,17 @@ _BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 def _reject_control_chars(value: str | None, field: str) -> str | None:
     if value is not None and _CONTROL_CHARS.search(value):
         raise ValueError(f"{field} must not contain CR, LF or other control characters")
+    return _reject_surrogates(value, field)
+
+
+# Lone UTF-16 surrogates (e.g. "\ud800" in JSON) are not text: they cannot be stored as
+# UTF-8 or sent in a header.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _reject_surrogates(value: str | None, field: str) -> str | None:
+    if value is not None and _SURROGATES.search(value):
+        raise ValueError(f"{field} must be valid Unicode text (a lone surrogate is not)")
     return value
 
 
@@ -434,3 +445,8 @@ class TaskPushNotificationConfig(A2AModel):
     @classmethod
     def _no_control_chars(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _reject_control_chars(value, to_camel(info.field_name or "value"))
+
+    @field_validator("tenant", "id", "task_id")
+    @classmethod
+    def _text_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _reject_surrogates(value, to_camel(info.field_name or "value"))

@@ -238,7 +238,8 @@ def agent_card_push_fields(card: dict[str, Any], jwks_uri: str) -> dict[str, Any
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    # ASCII: a lone surrogate echoed back (a request id, say) must not fail the encoding.
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _too_large(limit: int) -> _Refused:

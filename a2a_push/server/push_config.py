@@ -51,6 +51,7 @@ __all__ = [
     "TaskLookup",
     "default_owner_resolver",
     "negotiate_version",
+    "task_id_of",
 ]
 
 log = logging.getLogger("a2a_push.server")
@@ -113,7 +114,7 @@ def negotiate_version(header: str | None, method: str | None = None) -> str:
     if not value:
         return VERSION_1_0 if method in V10_METHODS else VERSION_0_3
     parts = value.split(".")
-    if 1 <= len(parts) <= 3 and all(p.isdecimal() and p.isascii() for p in parts):
+    if 1 <= len(parts) <= 3 and all(p.isdecimal() and p.isascii() and len(p) <= 9 for p in parts):
         major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
         found = f"{major}.{minor}"
         if found in (VERSION_1_0, VERSION_0_3):
@@ -383,14 +384,42 @@ class PushConfigService:
 
 
 def _flatten_create(params: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Read ``{taskId, config: {...}}`` (the proto's method signature) as the flat config."""
+    """Read ``{taskId, config: {...}}`` (the proto's method signature) as the flat config.
+
+    A value given both outside and inside ``config`` must be the same (a REST path's task
+    id arrives outside): a mismatch is invalid params, never silently one or the other.
+    """
     inner = params.get("config")
     if not isinstance(inner, Mapping) or "url" in params:
         return params
     merged = dict(inner)
     for name, snake in (("taskId", "task_id"), ("tenant", "tenant"), ("configId", "config_id")):
+        target = "id" if name == "configId" else name
         for key in (name, snake):
             if key in params and params[key] is not None:
-                target = "id" if name == "configId" else name
+                inside = merged[target] if target in merged else merged.get(snake)
+                if inside not in (None, "") and inside != params[key]:
+                    raise A2AError.invalid_params(
+                        f"config.{target}: does not match {key} ({params[key]!r})",
+                        f"config.{target}",
+                    )
                 merged.setdefault(target, params[key])
     return merged
+
+
+def task_id_of(method: str, params: Any) -> str | None:
+    """The task a push-config request names, as the service will read it (None when it
+    names none): for a proxy that must check the caller's access to the task first."""
+    if not isinstance(params, Mapping):
+        return None
+    if method in V03_METHODS and method != V03_SET:
+        value = params.get("id")
+    else:
+        flat = params
+        if method == CREATE:
+            try:
+                flat = _flatten_create(params)
+            except A2AError:
+                return None  # the service refuses it anyway
+        value = flat.get("taskId", flat.get("task_id"))
+    return value if isinstance(value, str) and value else None
