@@ -17,23 +17,28 @@ from examples.mock_agent import create_app as create_agent_app
 from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
 
 
+async def _agent_in_gateway_mode(tmp_path: Path, gateway_url: str) -> TestServer:
+    agent = TestServer(
+        create_agent_app(
+            data_dir=tmp_path / "agent",
+            allow_webhook_hosts=["127.0.0.1"],
+            public_url="http://agent.test",
+            step_delay=0.02,
+            gateway_url=gateway_url,
+            gateway_key=AGENT_KEY,
+        ),
+        host="127.0.0.1",
+    )
+    await agent.start_server()
+    return agent
+
+
 async def test_mock_agent_posts_events_and_configs_through_the_gateway(tmp_path: Path) -> None:
     async with (
         WebhookSink() as sink,
         running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
     ):
-        agent = TestServer(
-            create_agent_app(
-                data_dir=tmp_path / "agent",
-                allow_webhook_hosts=["127.0.0.1"],
-                public_url="http://agent.test",
-                step_delay=0.02,
-                gateway_url=gateway_url,
-                gateway_key=AGENT_KEY,
-            ),
-            host="127.0.0.1",
-        )
-        await agent.start_server()
+        agent = await _agent_in_gateway_mode(tmp_path, gateway_url)
         try:
             async with aiohttp.ClientSession() as session:
                 message = {
@@ -101,18 +106,7 @@ async def test_in_gateway_mode_only_a_tasks_caller_manages_its_configs_and_v03_s
         WebhookSink() as sink,
         running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
     ):
-        agent = TestServer(
-            create_agent_app(
-                data_dir=tmp_path / "agent",
-                allow_webhook_hosts=["127.0.0.1"],
-                public_url="http://agent.test",
-                step_delay=0.02,
-                gateway_url=gateway_url,
-                gateway_key=AGENT_KEY,
-            ),
-            host="127.0.0.1",
-        )
-        await agent.start_server()
+        agent = await _agent_in_gateway_mode(tmp_path, gateway_url)
         alice = {"Authorization": "Bearer alice-token"}
         bob = {"Authorization": "Bearer bob-token", "A2A-Version": "1.0"}
         try:
