@@ -60,3 +60,12 @@ def describe(exc: ValidationError, what: str) -> SettingsError:
         for err in exc.errors()
     )
     return SettingsError(f"invalid {what} settings: {problems}")
+
+
+def service_base_url(public_url: str | None, host: str, port: int) -> str:
+    """A service's own URL: ``public_url`` when set, else ``http://host:port`` (an IPv6
+    host in brackets)."""
+    if public_url:
+        return public_url.rstrip("/")
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"

@@ -21,15 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from .lifetime import run_until_stopped
 
 
 class Counts:
@@ -124,21 +123,8 @@ async def serve(port: int, jwks: dict[str, Any], delay: float, max_seconds: floa
     await site.start()
     print(json.dumps({"port": int(runner.addresses[0][1])}), flush=True)
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    parent = os.getppid()
-    deadline = time.monotonic() + max_seconds
-
-    def watch() -> None:
-        if time.monotonic() >= deadline or os.getppid() != parent:
-            stop.set()
-        else:
-            loop.call_later(0.5, watch)
-
-    watch()
     try:
-        await stop.wait()
+        await run_until_stopped(max_seconds)
     finally:
         await runner.cleanup()
 

@@ -66,6 +66,7 @@ from .common import (
     temp_dir,
     verdict,
 )
+from .lifetime import stop_process
 
 TAG = "b5"
 ISSUER = "http://bench-agent.local"
@@ -150,20 +151,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    try:
-        async with asyncio.timeout(5):
-            await proc.wait()
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-
-
 class AgentStub:
     """``benchmarks.agent_stub`` in its own process, and a client for its counters."""
 
@@ -192,7 +179,7 @@ class AgentStub:
                 raise RuntimeError("the agent stub exited before listening")
             self.port = int(json.loads(line)["port"])
         except BaseException:
-            await _stop(self._proc)
+            await stop_process(self._proc)
             raise
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         return self
@@ -201,7 +188,7 @@ class AgentStub:
         if self._session is not None:
             await self._session.close()
         if self._proc is not None:
-            await _stop(self._proc)
+            await stop_process(self._proc)
 
     @property
     def url(self) -> str:
@@ -247,7 +234,7 @@ async def run_loadgen(
         async with asyncio.timeout(p.max_seconds + 60):
             out, _ = await proc.communicate()
     finally:
-        await _stop(proc)
+        await stop_process(proc)
     cpu = _cpu() - cpu0
     if proc.returncode != 0 or not out.strip():
         raise RuntimeError(f"the load generator failed (exit code {proc.returncode})")

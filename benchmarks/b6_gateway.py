@@ -38,6 +38,7 @@ from .common import (
     temp_dir,
     verdict,
 )
+from .lifetime import stop_process
 
 TAG = "b6"
 DSN = os.environ.get("A2A_PUSH_BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -117,16 +118,8 @@ async def _gateway(database: str) -> tuple[asyncio.subprocess.Process, str]:
 
 
 async def _stop(procs: list[asyncio.subprocess.Process]) -> None:
-    for proc in procs:
-        if proc.returncode is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            async with asyncio.timeout(25):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+    # Gateways drain in-flight work on SIGTERM: give them time.
+    await asyncio.gather(*(stop_process(proc, grace=25) for proc in procs))
 
 
 async def _drain_postgres(

@@ -30,6 +30,8 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
 )
 
+from .lifetime import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -273,17 +275,8 @@ class Sink:
 
     async def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            async with asyncio.timeout(5):
-                await proc.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None:
+            await stop_process(proc)
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"

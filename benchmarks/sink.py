@@ -20,12 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
 import sys
 import time
 
 from aiohttp import web
+
+from .lifetime import run_until_stopped
 
 
 class Recorder:
@@ -97,21 +97,8 @@ async def serve(port: int, blackholes: int, max_seconds: float) -> None:
 
     print(json.dumps({"port": real_port, "blackholes": hole_ports}), flush=True)
 
-    # Stop on SIGTERM, when the parent goes away, or after max_seconds.
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    parent = os.getppid()
-    deadline = time.monotonic() + max_seconds
-
-    def watch() -> None:
-        if time.monotonic() >= deadline or os.getppid() != parent:
-            stop.set()
-        else:
-            loop.call_later(0.5, watch)
-
-    watch()
     try:
-        await stop.wait()
+        await run_until_stopped(max_seconds)
     finally:
         for h in holes:
             h.close()

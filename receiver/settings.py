@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
-from a2a_push.settings_files import check_api_key, describe, key_pairs
+from a2a_push.settings_files import check_api_key, describe, key_pairs, service_base_url
 from a2a_push.settings_files import read_config_file as read_config_file  # re-exported
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
@@ -176,10 +176,7 @@ class ReceiverSettings(_Model):
 
     @property
     def base_url(self) -> str:
-        if self.public_url:
-            return self.public_url.rstrip("/")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return service_base_url(self.public_url, self.host, self.port)
 
     @property
     def webhook_url(self) -> str:

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-from a2a_push.store.sql import migrations, queries
-from a2a_push.store.sqlite import _split_statements
+from a2a_push.store.sql import migrate_sqlite, queries
 from a2a_push.store.sqlite_writer import SQLiteWriter
 
 from .store import (
@@ -61,7 +60,7 @@ class SQLiteReceiverStore(ReceiverStore):
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA busy_timeout = 5000")
-        _migrate(conn)
+        migrate_sqlite(conn, _PACKAGE)
         conn.execute("PRAGMA synchronous = NORMAL")
         # The writer never waits for a lock held by another process (another worker) on
         # the event loop: it backs off asynchronously instead (see a2a_push.store.sqlite_writer).
@@ -284,21 +283,6 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def latest_event_id(self) -> int:
         return int(self._all("latest_event_id")[0][0])
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        current = conn.execute("PRAGMA user_version").fetchone()[0]
-        for version, script in migrations("sqlite", _PACKAGE):
-            if version > current:
-                for statement in _split_statements(script):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {int(version)}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def _version(row: sqlite3.Row) -> TaskSnapshot:

@@ -15,6 +15,7 @@ from a2a_push.settings_files import (
     describe,
     key_pairs,
     read_config_file,
+    service_base_url,
 )
 
 ENV_PREFIX: Final = "A2A_GATEWAY_"
@@ -62,10 +63,7 @@ class GatewaySettings(_Model):
 
     @property
     def base_url(self) -> str:
-        if self.public_url:
-            return self.public_url.rstrip("/")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return service_base_url(self.public_url, self.host, self.port)
 
     @property
     def database_url(self) -> str:

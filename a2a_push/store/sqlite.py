@@ -43,7 +43,7 @@ from .base import (
 from .paging import decode_page_token, encode_page_token
 from .rows import RowMapping
 from .secrets import SecretBox
-from .sql import migrations, queries
+from .sql import migrate_sqlite, queries
 from .sqlite_writer import SQLiteWriter
 
 T = TypeVar("T")
@@ -115,7 +115,7 @@ class SQLiteStore(RowMapping, Store):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA foreign_keys = ON")
-        self._migrate(conn)  # with the default synchronous=FULL: the schema is durable
+        migrate_sqlite(conn)  # with the default synchronous=FULL: the schema is durable
         # From here on commits do not fsync by themselves: the writer fsyncs the WAL
         # file itself, off the event loop, for the batches that must be durable. Nor do
         # they wait for a lock or checkpoint: the event loop must never block on either.
@@ -124,21 +124,6 @@ class SQLiteStore(RowMapping, Store):
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            current = conn.execute("PRAGMA user_version").fetchone()[0]
-            for version, script in migrations("sqlite"):
-                if version > current:
-                    for statement in _split_statements(script):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {int(version)}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     async def close(self) -> None:
         if self._closed:
@@ -641,8 +626,3 @@ def _config_params(config: StoredConfig, sealed: str | None) -> dict[str, Any]:
         "failing_since": config.failing_since,
         "created_at": config.created_at,
     }
-
-
-def _split_statements(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from functools import cache
 from importlib import resources
 
@@ -36,3 +37,25 @@ def migrations(backend: str, package: str = __package__) -> list[tuple[int, str]
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), entry.read_text("utf-8")))
     return sorted(found)
+
+
+def migrate_sqlite(conn: sqlite3.Connection, package: str = __package__) -> None:
+    """Apply ``<package>/sqlite/NNNN_*.sql`` newer than ``PRAGMA user_version``, in one
+    transaction (another process migrating at the same time waits for the lock)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version, script in migrations("sqlite", package):
+            if version > current:
+                for statement in _split_statements(script):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {int(version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _split_statements(script: str) -> list[str]:
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
