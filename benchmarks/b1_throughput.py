@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -197,55 +199,122 @@ async def run_sdk(sink: Sink, p: B1Params) -> B1Row:
     return B1Row(label, len(events), stats.count, end - started)
 
 
-async def run_raw(sink: Sink, p: B1Params, *, repeats: int = 3, signed: bool = False) -> B1Row:
+class _MinimalLog:
+    """The least a durable sender must do: insert each delivery (fsynced, in group
+    commits shared by concurrent callers) before sending it, and mark it sent after."""
+
+    def __init__(self, path: str) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")  # we fsync the WAL ourselves
+        self._conn.execute(
+            "CREATE TABLE log (id TEXT PRIMARY KEY, task_id TEXT, body BLOB, sent INTEGER)"
+        )
+        self._wal = os.open(path + "-wal", os.O_RDONLY)
+        self._ops: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        os.close(self._wal)
+        self._conn.close()
+
+    async def insert(self, delivery_id: str, task_id: str, body: bytes) -> None:
+        await self._queue("INSERT INTO log VALUES (?, ?, ?, 0)", (delivery_id, task_id, body))
+
+    async def sent(self, delivery_id: str) -> None:
+        await self._queue("UPDATE log SET sent = 1 WHERE id = ?", (delivery_id,))
+
+    async def _queue(self, sql: str, params: tuple[Any, ...]) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ops.append((sql, params, fut))
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush())
+        await fut
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # one loop turn: let concurrent callers join the batch
+        batch, self._ops = self._ops, []
+        self._flushing = None
+        by_sql: dict[str, list[tuple[Any, ...]]] = {}
+        for sql, params, _ in batch:
+            by_sql.setdefault(sql, []).append(params)
+        self._conn.execute("BEGIN")
+        for sql, rows in by_sql.items():
+            self._conn.executemany(sql, rows)
+        self._conn.execute("COMMIT")
+        if any(sql.startswith("INSERT") for sql in by_sql):
+            await asyncio.get_running_loop().run_in_executor(None, os.fsync, self._wal)
+        for _, _, fut in batch:
+            fut.set_result(None)
+
+
+async def run_raw(
+    sink: Sink, p: B1Params, *, repeats: int = 3, signed: bool = False, durable: bool = False
+) -> B1Row:
     """A bare aiohttp POST loop: pre-rendered bodies, no storage, no signing, no order.
 
     ``signed``: the same loop, plus a fresh ES256 JWT per request in the headers a2a-push
     sends (``X-A2A-Signature`` and ``Authorization``): the ceiling for any signed sender
-    on this machine, before anything is stored. It is over in about a second, so it runs
-    ``repeats`` times; the median run counts.
+    on this machine, before anything is stored. ``durable`` (with ``signed``): each body
+    also goes through ``_MinimalLog`` (inserted and fsynced before the POST, marked sent
+    after). It is over in about a second, so it runs ``repeats`` times; the median run
+    counts.
     """
-    label = (
-        f"raw loop + ES256 JWT per request (median of {repeats})"
-        if signed
-        else f"raw aiohttp POST loop (median of {repeats})"
-    )
+    if durable:
+        label = f"raw loop + ES256 JWT + minimal SQLite log (median of {repeats})"
+    elif signed:
+        label = f"raw loop + ES256 JWT per request (median of {repeats})"
+    else:
+        label = f"raw aiohttp POST loop (median of {repeats})"
     bodies = [(task_id, StreamResponse.wrap(ev).to_json_bytes()) for task_id, ev in _events(p)]
     url = sink.url("/raw")
     runs: list[B1Row] = []
     signer = WebhookSigner(KeySet.generate(), issuer="http://bench.local")
     counter = itertools.count()
-    connector = aiohttp.TCPConnector(limit=p.concurrency, limit_per_host=p.concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    log: _MinimalLog | None = None
+    signed = signed or durable
+    with temp_dir("a2a-push-b1-raw-") as tmp:
+        connector = aiohttp.TCPConnector(limit=p.concurrency, limit_per_host=p.concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def post(item: tuple[str, bytes]) -> None:
-            headers = {"Content-Type": "application/a2a+json"}
-            if signed:
+            async def post(item: tuple[str, bytes]) -> None:
+                headers = {"Content-Type": "application/a2a+json"}
                 n = next(counter)
-                jwt = signer.sign(
-                    body=item[1],
-                    audience=url,
-                    webhook_id=f"msg_{n}",
-                    task_id=item[0],
-                    config_id="bench",
-                    seq=n,
-                )
-                headers["X-A2A-Signature"] = jwt
-                headers["Authorization"] = f"Bearer {jwt}"
-            async with session.post(url, data=item[1], headers=headers) as r:
-                await r.read()
+                if log is not None:
+                    await log.insert(f"msg_{n}", item[0], item[1])
+                if signed:
+                    jwt = signer.sign(
+                        body=item[1],
+                        audience=url,
+                        webhook_id=f"msg_{n}",
+                        task_id=item[0],
+                        config_id="bench",
+                        seq=n,
+                    )
+                    headers["X-A2A-Signature"] = jwt
+                    headers["Authorization"] = f"Bearer {jwt}"
+                async with session.post(url, data=item[1], headers=headers) as r:
+                    await r.read()
+                if log is not None:
+                    await log.sent(f"msg_{n}")
 
-        for i in range(repeats):
-            await sink.reset()
-            progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
-            started = time.time()
-            try:
-                await asyncio.wait_for(bounded(bodies, p.concurrency, post), p.timeout)
-            except TimeoutError:
-                progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
-            stats = await sink.wait_count(len(bodies), limit=5, tag=TAG, label=label)
-            end = stats.last if stats.count >= len(bodies) and stats.last else time.time()
-            runs.append(B1Row(label, len(bodies), stats.count, end - started))
+            for i in range(repeats):
+                if durable:
+                    if log is not None:
+                        log.close()
+                    log = _MinimalLog(str(tmp / f"minimal-{i}.db"))
+                await sink.reset()
+                progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
+                started = time.time()
+                try:
+                    await asyncio.wait_for(bounded(bodies, p.concurrency, post), p.timeout)
+                except TimeoutError:
+                    progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
+                stats = await sink.wait_count(len(bodies), limit=5, tag=TAG, label=label)
+                end = stats.last if stats.count >= len(bodies) and stats.last else time.time()
+                runs.append(B1Row(label, len(bodies), stats.count, end - started))
+            if log is not None:
+                log.close()
     runs.sort(key=lambda r: r.rate)
     progress(TAG, f"{label}: runs at " + ", ".join(f"{r.rate:,.0f}/s" for r in runs))
     return runs[len(runs) // 2]
@@ -300,11 +369,13 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 progress(TAG, f"a2a-sdk row skipped: {exc} (pip install -e '.[dev]')")
             rows.append(await run_raw(sink, p))
             rows.append(await run_raw(sink, p, signed=True))
+            rows.append(await run_raw(sink, p, durable=True))
 
     ours = rows[0].rate
     sdk = next((r.rate for r in rows if r.system.startswith("a2a-sdk")), None)
     raw = next((r.rate for r in rows if r.system.startswith("raw aiohttp")), None)
-    ceiling = next((r.rate for r in rows if r.system.startswith("raw loop + ES256")), None)
+    ceiling = next((r.rate for r in rows if r.system.startswith("raw loop + ES256 JWT per")), None)
+    durable = next((r.rate for r in rows if "minimal SQLite log" in r.system), None)
     say()
     say(
         table(
@@ -348,6 +419,12 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 f"  context: signing alone (no storage) caps a signed sender at "
                 f"{ceiling / raw:.2f}x the raw loop here; defaults reach {ours / ceiling:.2f}x "
                 "of that ceiling"
+            )
+        if durable:
+            say(
+                f"  context: adding the least durability (insert + fsync before the POST, mark "
+                f"sent after) caps it at {durable / raw:.2f}x; defaults reach "
+                f"{ours / durable:.2f}x of that"
             )
         result["pass"] = ok_sdk and ok_raw
     else:
