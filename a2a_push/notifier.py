@@ -329,6 +329,16 @@ class PushNotifier:
             stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
+        if config.id:
+            existing = await self.store.get_config(target_task, config.id, owner)
+            if existing is not None and existing.protocol_version != protocol_version:
+                # Its queued webhooks were rendered for the version it was registered
+                # with: relabelling them (A2A-Version) would send bodies of the wrong shape.
+                raise InvalidConfigError(
+                    "id",
+                    f"config {config.id!r} was registered through A2A "
+                    f"{existing.protocol_version}; delete it first, or use another id",
+                )
         snapshot = task
         if snapshot is None and self.task_provider is not None:
             snapshot = await self.task_provider(target_task)

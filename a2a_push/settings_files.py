@@ -37,11 +37,15 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def key_pairs(raw: str, where: str, name_field: str, owner: str) -> list[dict[str, str]]:
     """``a:k1,b:k2`` (an environment variable) as ``[{name_field: a, "api_key": k1}, ...]``."""
-    out = []
+    out: list[dict[str, str]] = []
     for pair in raw.split(","):
         name, sep, key = pair.strip().partition(":")
         if not sep or not name or not key:
-            raise SettingsError(f"{where}: expected {owner}:key pairs, got {pair.strip()!r}")
+            # Never echo the pair: it may hold a key (with the separator mistyped).
+            raise SettingsError(
+                f"{where}: expected comma-separated {owner}:key pairs; "
+                f"pair {len(out) + 1} is not one"
+            )
         out.append({name_field: name, "api_key": key})
     return out
 

@@ -85,6 +85,11 @@ DEFAULT_PORT: Final = 9000
 DEFAULT_STEP_DELAY: Final = 0.5
 MAX_BODY_BYTES: Final = 1024 * 1024
 
+# How deeply a message may nest objects and arrays (its metadata, data parts, ...). The
+# task around it adds a few levels and the serialiser gives up near 255: a message
+# nested deeper is refused before any task exists.
+MAX_MESSAGE_DEPTH: Final = 64
+
 # ListTasks paging (spec: default 50, 1..100).
 DEFAULT_PAGE_SIZE: Final = 50
 MAX_PAGE_SIZE: Final = 100
@@ -356,9 +361,7 @@ class MockAgent:
     # ---- SendMessage ----------------------------------------------------------------------
 
     async def _send_v10(self, params: Mapping[str, Any], owner: str) -> Any:
-        raw = params.get("message")
-        if raw is None:
-            raise A2AError.invalid_params("message: is required", "message")
+        raw = _raw_message(params)
         try:
             message = Message.model_validate(raw)
         except ValidationError as exc:
@@ -374,9 +377,7 @@ class MockAgent:
         return {"task": _shaped(record.task, length).to_json_dict()}
 
     async def _send_v03(self, params: Mapping[str, Any], owner: str) -> Any:
-        raw = params.get("message")
-        if raw is None:
-            raise A2AError.invalid_params("message: is required", "message")
+        raw = _raw_message(params)
         try:
             message = message_from_v03(raw)
         except V03FormatError as exc:
@@ -410,7 +411,9 @@ class MockAgent:
         record = TaskRecord(task=task, owner=owner, skill=skill, subject=subject)
         # Registers the config and queues the submitted task as its first webhook; if it
         # fails (e.g. the host does not resolve) the task was never stored.
-        await self._register_inline(configuration, task=task, owner=owner, version=version)
+        await self._register_inline(
+            configuration, task=task, owner=owner, version=version, new_task=True
+        )
         self.tasks.add(record)
         self._start(record, self._run(record))
         return record
@@ -434,7 +437,7 @@ class MockAgent:
         async with record.lock:
             self._check_accepts_messages(record)  # it may have moved on meanwhile
             await self._register_inline(
-                configuration, task=record.task, owner=owner, version=version
+                configuration, task=record.task, owner=owner, version=version, new_task=False
             )
             history = [*(record.task.history or []), message]
             record.task = record.task.model_copy(update={"history": history})
@@ -537,7 +540,13 @@ class MockAgent:
         }
 
     async def _register_inline(
-        self, configuration: Mapping[str, Any], *, task: Task, owner: str, version: str
+        self,
+        configuration: Mapping[str, Any],
+        *,
+        task: Task,
+        owner: str,
+        version: str,
+        new_task: bool,
     ) -> None:
         if self.gateway is None:
             await register_inline_config(
@@ -548,7 +557,11 @@ class MockAgent:
         if config is None:
             return
         # The gateway keeps the config; the task's first event there claims the task id.
-        await self.gateway.publish(task.id, task)
+        # A follow-up's task is known there already (it published its way to an
+        # interrupted state), and a second `task` event would reach every existing
+        # subscriber: the gateway sends the new config its own snapshot instead.
+        if new_task:
+            await self.gateway.publish(task.id, task)
         if version == VERSION_0_3:
             # Registered as v0.3, so its webhooks are v0.3 too (and, as v0.3 servers did,
             # an id-less config is keyed by its task).
@@ -779,12 +792,72 @@ class MockAgent:
         await self._status(record, TaskState.COMPLETED)
 
 
+class GatewayPushConfigs(PushConfigService):
+    """The REST push-config routes in gateway mode.
+
+    ``mount`` serves its routes with a ``PushConfigService``; this one answers every call
+    as the JSON-RPC endpoint does, through ``MockAgent.call``: only the task's own caller
+    gets past the agent, then the gateway (which keeps the configs and sends the
+    webhooks) answers. So a config made over REST is the same as one made over JSON-RPC.
+    """
+
+    def __init__(self, agent: MockAgent) -> None:
+        local = agent.service
+        super().__init__(
+            local.notifier, task_lookup=local.task_lookup, owner_resolver=local.owner_resolver
+        )
+        self._agent = agent
+
+    async def handle(self, method: str, params: Any, *, version: str, owner: str) -> Any:
+        if method not in self.methods:
+            raise A2AError.method_not_found(method)
+        return await self._agent.call(method, params, owner=owner, version=version)
+
+
 # ---- params helpers ------------------------------------------------------------------
 
 
 def _get(params: Mapping[str, Any], camel: str, snake: str) -> Any:
     value = params.get(camel)
     return params.get(snake) if value is None else value
+
+
+def _raw_message(params: Mapping[str, Any]) -> Any:
+    """``params.message`` as sent, refused when missing or nested too deeply.
+
+    The message becomes part of the task, which every answer, ``ListTasks`` and every
+    webhook serialise: one the serialiser cannot handle must not get that far.
+    """
+    raw = params.get("message")
+    if raw is None:
+        raise A2AError.invalid_params("message: is required", "message")
+    if _nested_deeper_than(raw, MAX_MESSAGE_DEPTH):
+        raise A2AError.invalid_params(
+            f"message: nested too deeply (at most {MAX_MESSAGE_DEPTH} levels of objects "
+            "and arrays, metadata and data parts included)",
+            "message",
+        )
+    return raw
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` has more than ``limit`` levels of objects and arrays.
+
+    Iterative: what ``json.loads`` accepted may nest nearly as deep as Python's
+    recursion limit, too deep for a recursive walk from inside a request handler."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _configuration(params: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -916,8 +989,9 @@ def _state_name(state: TaskState) -> str:
 # ---- the card and the application ----------------------------------------------------
 
 
-def agent_card(public_url: str) -> dict[str, Any]:
-    """The agent card (v1.0 fields, plus the v0.3 ``url`` for older clients)."""
+def agent_card(public_url: str, jwks_uri: str | None = None) -> dict[str, Any]:
+    """The agent card (v1.0 fields, plus the v0.3 ``url`` for older clients);
+    ``jwks_uri``: where the keys that sign its webhooks are (default: its own)."""
     base = public_url.rstrip("/")
     endpoint = f"{base}/"
     card: dict[str, Any] = {
@@ -938,7 +1012,7 @@ def agent_card(public_url: str) -> dict[str, Any]:
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [dict(skill) for skill in SKILLS],
     }
-    return agent_card_push_fields(card, f"{base}{JWKS_PATH}")
+    return agent_card_push_fields(card, jwks_uri or f"{base}{JWKS_PATH}")
 
 
 AGENT: Final = web.AppKey("a2a_push_mock_agent", MockAgent)
@@ -993,7 +1067,8 @@ def create_app(
         **tuning,
     )
     agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay, gateway=gateway)
-    card = agent_card(public_url)
+    # In gateway mode the gateway signs the webhooks: the card points at its keys.
+    card = agent_card(public_url, f"{gateway.url}{JWKS_PATH}" if gateway else None)
 
     async def jsonrpc(request: web.Request) -> web.StreamResponse:
         if request.content_type not in JSON_MEDIA_TYPES:
@@ -1038,7 +1113,14 @@ def create_app(
     app[AGENT] = agent
     app.router.add_post("/", jsonrpc)
     app.router.add_get("/.well-known/agent-card.json", card_route)
-    mount(app, agent.service, jsonrpc_path=None)  # REST push configs and the JWKS
+    # REST push configs (through the gateway in gateway mode, like JSON-RPC) and the JWKS.
+    # (In gateway mode the local notifier signs nothing: its JWKS is not served.)
+    mount(
+        app,
+        GatewayPushConfigs(agent) if gateway else agent.service,
+        jsonrpc_path=None,
+        jwks=gateway is None,
+    )
     add_metrics_route(app, notifier.metrics, "/metrics", before_scrape=notifier.refresh_metrics)
     app.cleanup_ctx.append(lifecycle)
     return app

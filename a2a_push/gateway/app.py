@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -158,10 +159,27 @@ class Gateway:
         return ok
 
     async def task_for(self, task_id: str, owner: str) -> Task | None:
-        """The push-config service's task lookup: the task if the owner's agent owns it."""
+        """The push-config service's lookup for Create: the task if the owner's agent owns
+        it, claiming a task id no agent has named yet."""
         agent_id = owner.split("/", 1)[0]
         if not await self.owns(agent_id, task_id, None, None):
             return None
+        return await self._task(task_id)
+
+    async def known_task(self, task_id: str, owner: str) -> Task | None:
+        """The lookup for Get, List and Delete: the task if the owner's agent owns it.
+        Never claims: reading a task id nobody has named must not make it the reader's."""
+        agent_id = owner.split("/", 1)[0]
+        cached = self._owners.get(task_id)
+        if cached is None:
+            known = await self.state.owner(task_id)
+            if known is None or known.agent_id != agent_id:
+                return None
+        elif cached != agent_id:
+            return None
+        return await self._task(task_id)
+
+    async def _task(self, task_id: str) -> Task:
         known = await self.state.owner(task_id)
         status = (known.status if known else None) or {"state": TaskState.SUBMITTED.value}
         try:
@@ -181,6 +199,13 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _scoped_key(agent_id: str, task_id: str, key: str) -> str:
+    """The outbox idempotency key: one agent's key for one task. Hashed from an unambiguous
+    encoding (ids and keys may both hold '/'), so keys of different tasks never collide."""
+    scope = json.dumps([agent_id, task_id, key], ensure_ascii=True)
+    return "gw:" + hashlib.sha256(scope.encode("ascii")).hexdigest()
+
+
 def _bearer(headers: Mapping[str, str]) -> str | None:
     scheme, _, value = headers.get("Authorization", "").partition(" ")
     value = value.strip()
@@ -192,11 +217,38 @@ def _error(status: int, reason: str, message: str, **headers: str) -> web.Respon
 
 
 def _unavailable(exc: Exception) -> web.Response:
+    # The cause (a host, a port, a driver message) is for the operator's log, not callers.
+    log.warning("answering 503: the database is unavailable (%s)", exc)
     return _error(
         503,
         "unavailable",
-        f"the database is unavailable ({exc}); retry after a moment",
+        "the database is unavailable; nothing was written; retry after a moment",
         **{"Retry-After": RETRY_AFTER_SECONDS},
+    )
+
+
+def valid_task_id(value: str) -> bool:
+    """Text a database can store as an id: non-empty, at most 1,024 characters, no NUL
+    (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
+    if not value or len(value) > 1024 or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
+
+
+def _is_time(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     )
 
 
@@ -235,6 +287,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         agent_id = gw.agent_for(request.headers)
         assert agent_id is not None
         task_id = request.match_info["task_id"]
+        if not valid_task_id(task_id):
+            return _error(400, "invalid_task_id", "the task id must be printable text (no NUL)")
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:
@@ -257,16 +311,17 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         status = inner.status if isinstance(inner, Task | TaskStatusUpdateEvent) else None
         context = getattr(inner, "context_id", None)
         status_json = status.to_json_dict() if status is not None else None
-        if not await gw.owns(agent_id, task_id, status_json, context):
-            return _error(404, "task_not_found", f"task {task_id!r} was not found")
+        # Everything is checked before anything is written: a refused event must not
+        # become the task's recorded status (which new subscribers get as a snapshot).
         key = request.headers.get(HEADER_IDEMPOTENCY_KEY)
         if key is not None and not (0 < len(key) <= 255 and key.isascii() and key.isprintable()):
             return _error(400, "invalid_header", f"{HEADER_IDEMPOTENCY_KEY}: 1-255 printable ASCII")
+        if not await gw.owns(agent_id, task_id, status_json, context):
+            return _error(404, "task_not_found", f"task {task_id!r} was not found")
         result = await gw.notifier.publish(
             task_id,
             event,
-            # Scoped to the agent and task: keys from different agents never collide.
-            idempotency_key=f"{agent_id}/{task_id}/{key}" if key else None,
+            idempotency_key=_scoped_key(agent_id, task_id, key) if key else None,
         )
         return web.json_response(
             {"taskId": task_id, "seq": result.seq, "deliveries": len(result.delivery_ids)},
@@ -300,11 +355,16 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         q = request.query
         try:
             state = DeliveryState(q["state"]) if "state" in q else None
-            limit = min(int(q.get("limit", "100")), 1000)
-            since = float(q["since"]) if "since" in q else None
-            until = float(q["until"]) if "until" in q else None
+            limit = int(q.get("limit", "100"))
+            since = _finite(q["since"]) if "since" in q else None
+            until = _finite(q["until"]) if "until" in q else None
         except ValueError as exc:
             return _error(400, "invalid", f"bad query parameter: {exc}")
+        if not 1 <= limit <= 1000:
+            return _error(400, "invalid", "limit: from 1 to 1000")
+        for name in ("task", "config", "after"):
+            if name in q and not valid_task_id(q[name]):
+                return _error(400, "invalid", f"{name}: printable text (no NUL)")
         found = await gw.notifier.store.list_deliveries(
             DeliveryFilter(
                 state=state,
@@ -319,30 +379,40 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response({"deliveries": [_delivery_json(d) for d in found]})
 
     async def show_delivery(request: web.Request) -> web.Response:
+        if not valid_task_id(request.match_info["id"]):
+            return _error(404, "not_found", "no such delivery")
         d = await gw.notifier.store.get_delivery(request.match_info["id"])
         if d is None:
             return _error(404, "not_found", "no such delivery")
         return web.json_response(_delivery_json(d))
 
     async def replay(request: web.Request) -> web.Response:
+        usage = 'send {"ids": [...]} or {"since": t, "until": t, "task": id} (t: Unix seconds)'
         try:
             body = json.loads(await request.read() or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return _error(400, "malformed", "the body is not valid JSON")
         ids = body.get("ids") if isinstance(body, dict) else None
         if ids is None and isinstance(body, dict) and ("since" in body or "until" in body):
+            since, until, task = body.get("since"), body.get("until"), body.get("task")
+            if not all(_is_time(t) for t in (since, until)) or not (
+                task is None or (isinstance(task, str) and valid_task_id(task))
+            ):
+                return _error(400, "invalid", usage)
             found = await gw.notifier.store.list_deliveries(
                 DeliveryFilter(
                     state=DeliveryState.DEAD,
-                    created_after=body.get("since"),
-                    created_before=body.get("until"),
-                    task_id=body.get("task"),
+                    created_after=since,
+                    created_before=until,
+                    task_id=task,
                     limit=10_000,
                 )
             )
             ids = [d.id for d in found]
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            return _error(400, "invalid", 'send {"ids": [...]} or {"since": t, "until": t}')
+        if not isinstance(ids, list) or not all(
+            isinstance(i, str) and valid_task_id(i) for i in ids
+        ):
+            return _error(400, "invalid", usage)
         return web.json_response({"replayed": await gw.notifier.replay(ids)})
 
     async def endpoints(request: web.Request) -> web.Response:
@@ -350,6 +420,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response({"open": sorted(health.open_endpoints())})
 
     async def set_config(request: web.Request) -> web.Response:
+        if not valid_task_id(request.match_info["key"]):
+            return _error(404, "not_found", "no such config")
         enabled = request.match_info["action"] == "enable"
         ok = await gw.notifier.store.set_config_enabled(
             request.match_info["key"], enabled, None if enabled else "disabled by an operator"
@@ -374,7 +446,12 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
     app = web.Application(middlewares=[guard], client_max_size=limit + 1)
     app[GATEWAY] = gw
-    service = PushConfigService(gw.notifier, task_lookup=gw.task_for, owner_resolver=owner_of)
+    service = PushConfigService(
+        gw.notifier,
+        task_lookup=gw.known_task,
+        create_lookup=gw.task_for,
+        owner_resolver=owner_of,
+    )
     app.router.add_post("/v1/tasks/{task_id}/events", post_event)
     mount(app, service, jsonrpc_path="/v1/rpc", rest_prefix="/v1", jwks=False)
 

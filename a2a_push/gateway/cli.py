@@ -63,7 +63,10 @@ def _settings(args: argparse.Namespace) -> Any:
     for pair in args.agent_key:
         agent, sep, key = pair.partition(":")
         if not sep or not agent or not key:
-            raise GatewaySettingsError(f"--agent-key: expected AGENT:KEY, got {pair!r}")
+            # Never echo the value: it may be a key (with the separator mistyped).
+            raise GatewaySettingsError(
+                "--agent-key: expected AGENT:KEY (an agent id, a colon, its API key)"
+            )
         agents.append({"id": agent, "api_key": key})
     return load_gateway_settings(
         config_file=args.config,

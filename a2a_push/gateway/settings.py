@@ -61,6 +61,34 @@ class GatewaySettings(_Model):
     request_timeout: float = Field(default=15.0, gt=0, description="per webhook request")
     quick_attempts: int = Field(default=3, ge=1, description="in-process tries before rescheduling")
 
+    @field_validator("agents")
+    @classmethod
+    def _distinct_agents(cls, value: tuple[AgentKey, ...]) -> tuple[AgentKey, ...]:
+        ids = [a.id for a in value]
+        if len(set(ids)) != len(ids):
+            raise ValueError("each agent id may appear once")
+        keys = [a.api_key.get_secret_value() for a in value]
+        if len(set(keys)) != len(keys):
+            raise ValueError("two agents share an API key; give each agent its own")
+        return value
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str) -> str:
+        if value.startswith(("postgres://", "postgresql://")) or not value:
+            return value
+        if value.startswith("sqlite://"):
+            if not value.startswith("sqlite:///") or value == "sqlite:///":
+                raise ValueError("a sqlite URL needs a file path: sqlite:///relative/outbox.db")
+            return value
+        if "://" in value or value in (":memory:",):
+            raise ValueError(
+                "postgresql://user@host/db, sqlite:///path/outbox.db or a file path "
+                "(the gateway keeps its outbox in a database: memory:// and other "
+                "schemes are not supported)"
+            )
+        return value
+
     @property
     def base_url(self) -> str:
         return service_base_url(self.public_url, self.host, self.port)

@@ -186,14 +186,20 @@ def _reject_control_chars(value: str | None, field: str) -> str | None:
 
 
 # Lone UTF-16 surrogates (e.g. "\ud800" in JSON) are not text: they cannot be stored as
-# UTF-8 or sent in a header.
-_SURROGATES = re.compile("[\ud800-\udfff]")
+# UTF-8 or sent in a header. NUL cannot be stored in a PostgreSQL text column either.
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 def _reject_surrogates(value: str | None, field: str) -> str | None:
-    if value is not None and _SURROGATES.search(value):
-        raise ValueError(f"{field} must be valid Unicode text (a lone surrogate is not)")
+    if value is not None and _NOT_TEXT.search(value):
+        raise ValueError(f"{field} must be valid Unicode text (no NUL, no lone surrogate)")
     return value
+
+
+def check_text(value: str | None, field: str) -> str | None:
+    """``value`` unchanged, or ValueError when it holds NUL or a lone surrogate: ids that
+    every store can keep (PostgreSQL refuses NUL, UTF-8 cannot encode a surrogate)."""
+    return _reject_surrogates(value, field)
 
 
 def _empty_to_none(value: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from ..errors import StoreUnavailableError
 from ..notifier import JWKS_PATH
 from ..protocol.constants import A2A_MEDIA_TYPE, HEADER_A2A_VERSION, VERSION_0_3
 from ..protocol.jsonrpc import (
@@ -37,6 +38,8 @@ from .push_config import (
     DELETE,
     GET,
     LIST,
+    RETRY_AFTER_SECONDS,
+    STORE_UNAVAILABLE,
     V03_DELETE,
     V03_GET,
     V03_LIST,
@@ -135,7 +138,8 @@ def mount(
         status, payload = await service.handle_jsonrpc(body, request.headers)
         if payload is None:
             return web.Response(status=status)
-        return web.json_response(payload, status=status, dumps=_dumps)
+        headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+        return web.json_response(payload, status=status, dumps=_dumps, headers=headers)
 
     async def rest(request: web.Request, method_v10: str, method_v03: str) -> web.StreamResponse:
         try:
@@ -170,6 +174,11 @@ def mount(
             return _rest_error(refused.error, refused.status)
         except A2AError as err:
             return _rest_error(err, err.http_status)
+        except StoreUnavailableError as exc:
+            log.warning("push-config REST %s: the store is unavailable (%s)", request.path, exc)
+            response = _rest_error(A2AError.internal_error(STORE_UNAVAILABLE), 503)
+            response.headers["Retry-After"] = RETRY_AFTER_SECONDS
+            return response
         except Exception:
             log.exception("push-config REST %s %s failed", request.method, request.path)
             return _rest_error(A2AError.internal_error(), 500)

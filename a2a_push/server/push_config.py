@@ -27,13 +27,20 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from pydantic import Field, StrictStr, ValidationError, field_validator
+from pydantic import Field, StrictStr, ValidationError, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
 
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, StoreUnavailableError
 from ..notifier import PushNotifier
 from ..protocol.constants import HEADER_A2A_VERSION, HEADER_AUTHORIZATION, VERSION_0_3, VERSION_1_0
 from ..protocol.jsonrpc import TASK_NOT_FOUND, A2AError, failure, parse_request, success
-from ..protocol.types import A2AModel, AuthenticationInfo, Task, TaskPushNotificationConfig
+from ..protocol.types import (
+    A2AModel,
+    AuthenticationInfo,
+    Task,
+    TaskPushNotificationConfig,
+    check_text,
+)
 from ..protocol.v03 import config_from_v03, config_to_v03
 from ..store import StoredConfig
 
@@ -132,6 +139,11 @@ class _ConfigRef(A2AModel):
     task_id: StrictStr = Field(min_length=1)
     id: StrictStr = Field(min_length=1)
 
+    @field_validator("tenant", "task_id", "id")
+    @classmethod
+    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_text(value, to_camel(info.field_name or "value"))
+
 
 class _ListParams(A2AModel):
     """v1.0 List params (pageSize may arrive as a string: ProtoJSON and REST queries)."""
@@ -140,6 +152,11 @@ class _ListParams(A2AModel):
     task_id: StrictStr = Field(min_length=1)
     page_size: int | None = None
     page_token: StrictStr | None = None
+
+    @field_validator("tenant", "task_id", "page_token")
+    @classmethod
+    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_text(value, to_camel(info.field_name or "value"))
 
     @field_validator("page_size", mode="before")
     @classmethod
@@ -161,8 +178,18 @@ class _V03TaskRef(A2AModel):
     id: StrictStr = Field(min_length=1)
     push_notification_config_id: StrictStr | None = None
 
+    @field_validator("id", "push_notification_config_id")
+    @classmethod
+    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_text(value, to_camel(info.field_name or "value"))
+
 
 # --------------------------------------------------------------------------- the service
+
+
+# What a caller is told while the store is unavailable (the cause is logged, not sent).
+STORE_UNAVAILABLE: Final = "the push-config store is unavailable; retry after a moment"
+RETRY_AFTER_SECONDS: Final = "2"
 
 
 class PushConfigService:
@@ -170,7 +197,10 @@ class PushConfigService:
 
     ``task_lookup(task_id, owner)`` returns the task when it exists and belongs to
     ``owner`` (else None: the caller gets TaskNotFound, never "forbidden"). The task it
-    returns becomes the first webhook of a new config (a snapshot).
+    returns becomes the first webhook of a new config (a snapshot). ``create_lookup``
+    (default: ``task_lookup``) is asked instead on Create (and the v0.3 set): a service
+    where naming a task first makes it yours (the gateway) claims it there, and only
+    there.
     """
 
     def __init__(
@@ -178,6 +208,7 @@ class PushConfigService:
         notifier: PushNotifier,
         *,
         task_lookup: TaskLookup,
+        create_lookup: TaskLookup | None = None,
         owner_resolver: OwnerResolver | None = None,
         push_enabled: bool = True,
         redact_secrets: bool = True,
@@ -187,6 +218,7 @@ class PushConfigService:
             raise ValueError("max_page_size must be at least 1")
         self.notifier = notifier
         self.task_lookup = task_lookup
+        self.create_lookup = create_lookup or task_lookup
         self.owner_resolver: OwnerResolver = owner_resolver or default_owner_resolver
         self.push_enabled = push_enabled
         self.redact_secrets = redact_secrets
@@ -259,6 +291,10 @@ class PushConfigService:
             result = await self.handle(request.method, request.params, version=version, owner=owner)
         except A2AError as err:
             response = failure(request_id, err)
+        except StoreUnavailableError as exc:
+            # The database is down or restarting: nothing was written; retry (503).
+            log.warning("push-config method %s: the store is unavailable (%s)", request.method, exc)
+            return 503, failure(request_id, A2AError.internal_error(STORE_UNAVAILABLE))
         except Exception:
             log.exception("push-config method %s failed", request.method)
             response = failure(request_id, A2AError.internal_error())
@@ -274,7 +310,7 @@ class PushConfigService:
         config = TaskPushNotificationConfig.model_validate(_flatten_create(params))
         if config.task_id is None:
             raise A2AError.invalid_params("taskId: is required", "taskId")
-        task = await self._task(config.task_id, owner)
+        task = await self._task(config.task_id, owner, create=True)
         stored = await self.notifier.register_config(
             config, owner=owner, protocol_version=VERSION_1_0, task=task
         )
@@ -308,7 +344,7 @@ class PushConfigService:
             raise A2AError.invalid_params("taskId: is required", "taskId")
         if config.id is None:  # v0.3 servers keyed an id-less config by its task
             config = config.model_copy(update={"id": task_id})
-        task = await self._task(task_id, owner)
+        task = await self._task(task_id, owner, create=True)
         stored = await self.notifier.register_config(
             config, owner=owner, protocol_version=VERSION_0_3, task=task
         )
@@ -344,8 +380,9 @@ class PushConfigService:
 
     # ---- helpers ------------------------------------------------------------------------
 
-    async def _task(self, task_id: str, owner: str) -> Task:
-        task = await self.task_lookup(task_id, owner)
+    async def _task(self, task_id: str, owner: str, *, create: bool = False) -> Task:
+        lookup = self.create_lookup if create else self.task_lookup
+        task = await lookup(task_id, owner)
         if task is None:
             raise A2AError.task_not_found(task_id)
         return task

@@ -19,6 +19,9 @@ def decode_page_token(token: str | None) -> str | None:
         padded = token + "=" * (-len(token) % 4)
         # Strict: junk is an error, never silently "from the start".
         raw = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
-        return raw.decode("utf-8")
+        last_id = raw.decode("utf-8")
+        if not last_id or "\x00" in last_id:
+            raise ValueError("not an id")  # no config id is empty or holds NUL
+        return last_id
     except (binascii.Error, UnicodeError, ValueError) as exc:
         raise InvalidConfigError("pageToken", "not a page token this server issued") from exc

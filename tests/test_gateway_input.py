@@ -1,0 +1,291 @@
+"""The gateway refuses bad input before writing anything, on SQLite and PostgreSQL:
+ids a database cannot store, admin queries of the wrong type, events it will not
+publish; reading a task id never claims it; idempotency keys of different tasks never
+collide; settings and key rotation name the mistake without echoing secrets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import asyncpg
+import pytest
+
+from a2a_push.cli import main as cli_main
+from a2a_push.errors import StoreUnavailableError
+from a2a_push.gateway.settings import GatewaySettingsError, load_gateway_settings
+from a2a_push.protocol.types import TaskState
+from a2a_push.store.sqlite import SQLiteStore
+from a2a_push.testing import WebhookSink
+
+from .conftest import postgres_schema, require_postgres
+from .gateway_support import (
+    ADMIN_KEY,
+    AGENT_KEY,
+    OTHER_KEY,
+    gateway_settings,
+    rpc,
+    running_gateway,
+    status,
+)
+
+Gateway = Callable[[], Any]
+
+
+async def _database(backend: str, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return str(tmp_path / "outbox.db")
+    dsn = require_postgres()
+    schema = postgres_schema()  # dropped after the test by conftest
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    finally:
+        await conn.close()
+    return f"{dsn}?search_path={schema}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Gateway:
+    @asynccontextmanager
+    async def start() -> AsyncIterator[str]:
+        settings = gateway_settings(await _database(request.param, tmp_path))
+        async with running_gateway(settings) as (url, _gw):
+            yield url
+
+    return start
+
+
+def _auth(key: str = AGENT_KEY, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Content-Type": "application/json", **extra}
+
+
+async def _post_event(
+    session: aiohttp.ClientSession, url: str, task_id: str, state: TaskState, **headers: str
+) -> tuple[int, dict[str, Any]]:
+    async with session.post(
+        f"{url}/v1/tasks/{quote(task_id, safe='')}/events",
+        data=json.dumps({"statusUpdate": status(task_id, state).to_json_dict()}),
+        headers=_auth(**headers),
+    ) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_reading_configs_of_an_unknown_task_does_not_claim_it(gateway: Gateway) -> None:
+    async with gateway() as url, aiohttp.ClientSession() as session:
+        for method, params in [
+            ("ListTaskPushNotificationConfigs", {"taskId": "unseen"}),
+            ("GetTaskPushNotificationConfig", {"taskId": "unseen", "id": "c"}),
+            ("DeleteTaskPushNotificationConfig", {"taskId": "unseen", "id": "c"}),
+        ]:
+            answer = await rpc(session, url, method, params)
+            assert answer["error"]["code"] == -32001, (method, answer)  # TaskNotFound
+        async with session.get(
+            f"{url}/v1/tasks/unseen/pushNotificationConfigs", headers=_auth()
+        ) as resp:
+            assert resp.status == 404
+        # Nobody owns it: another agent may still name it first.
+        code, _ = await _post_event(session, url, "unseen", TaskState.WORKING, key=OTHER_KEY)
+        assert code == 202
+        listed = await rpc(
+            session, url, "ListTaskPushNotificationConfigs", {"taskId": "unseen"}, OTHER_KEY
+        )
+        assert listed["result"]["configs"] == []
+
+
+async def test_ids_a_database_cannot_store_are_refused_not_500(gateway: Gateway) -> None:
+    async with gateway() as url, aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{url}/v1/tasks/a%00b/events",
+            data=json.dumps({"statusUpdate": status("a\x00b", TaskState.WORKING).to_json_dict()}),
+            headers=_auth(),
+        ) as resp:
+            assert resp.status == 400 and "NUL" in (await resp.json())["message"]
+        hook = "http://127.0.0.1:9/hook"
+        made = await rpc(
+            session, url, "CreateTaskPushNotificationConfig", {"taskId": "t", "url": hook}
+        )
+        assert "result" in made, made
+        cases: list[tuple[str, dict[str, Any], str]] = [
+            ("CreateTaskPushNotificationConfig", {"taskId": "t", "id": "c\x00", "url": hook}, "id"),
+            (
+                "CreateTaskPushNotificationConfig",
+                {"taskId": "t", "url": hook, "tenant": "t\x00"},
+                "tenant",
+            ),
+            ("GetTaskPushNotificationConfig", {"taskId": "a\x00b", "id": "c"}, "taskId"),
+            ("DeleteTaskPushNotificationConfig", {"taskId": "t", "id": "c\x00"}, "id"),
+            ("ListTaskPushNotificationConfigs", {"taskId": "a\x00b"}, "taskId"),
+            # A page token that decodes to NUL ("AA" is base64 of one zero byte).
+            ("ListTaskPushNotificationConfigs", {"taskId": "t", "pageToken": "AA"}, "pageToken"),
+        ]
+        for method, params, field in cases:
+            answer = await rpc(session, url, method, params)
+            assert answer["error"]["code"] == -32602, (method, params, answer)
+            assert field in answer["error"]["message"], answer
+
+
+async def test_a_refused_event_does_not_become_the_task_status(gateway: Gateway) -> None:
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        code, _ = await _post_event(session, url, "t-1", TaskState.WORKING)
+        assert code == 202
+        code, body = await _post_event(
+            session, url, "t-1", TaskState.COMPLETED, **{"Idempotency-Key": "k" * 300}
+        )
+        assert code == 400 and body["error"] == "invalid_header"
+        created = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t-1", "id": "c", "url": sink.url()},
+        )
+        assert "result" in created, created
+        await sink.wait_for(1)
+        snapshot = json.loads(sink.on("/hook")[0].body)
+        assert snapshot["task"]["status"]["state"] == "TASK_STATE_WORKING"
+
+
+async def test_idempotency_keys_of_different_tasks_never_collide(gateway: Gateway) -> None:
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        for task in ("a", "a/b"):
+            created = await rpc(
+                session,
+                url,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": task, "id": "c", "url": sink.url(f"/{task.replace('/', '-')}")},
+            )
+            assert "result" in created, created
+        # "a" + "b/c" and "a/b" + "c" joined with "/" would be the same key.
+        first = await _post_event(
+            session, url, "a", TaskState.WORKING, **{"Idempotency-Key": "b/c"}
+        )
+        second = await _post_event(
+            session, url, "a/b", TaskState.WORKING, **{"Idempotency-Key": "c"}
+        )
+        assert first[0] == second[0] == 202
+        assert second[1]["taskId"] == "a/b" and second[1]["deliveries"] == 1
+        await sink.wait_for(4)  # each config: its snapshot, then its event
+        assert len(sink.on("/a")) == 2 and len(sink.on("/a-b")) == 2
+
+
+async def test_admin_endpoints_refuse_bad_input_with_400(gateway: Gateway) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with gateway() as url, aiohttp.ClientSession() as session:
+        for query in ("limit=-1", "limit=0", "limit=5000", "since=abc", "since=nan", "task=a%00"):
+            async with session.get(f"{url}/admin/deliveries?{query}", headers=admin) as resp:
+                assert resp.status == 400, (query, await resp.text())
+                assert "message" in await resp.json()
+        for body in (
+            json.dumps({"since": "abc"}),
+            json.dumps({"since": 0, "task": 5}),
+            json.dumps({"ids": ["x\u0000"]}),
+            "[" * 100_000,
+        ):
+            async with session.post(
+                f"{url}/admin/deliveries/replay", data=body, headers=admin
+            ) as resp:
+                assert resp.status == 400, (body[:30], await resp.text())
+        async with session.get(f"{url}/admin/deliveries?limit=1", headers=admin) as resp:
+            assert resp.status == 200
+
+
+def test_settings_name_bad_databases_and_never_echo_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    agents = [{"id": "a", "api_key": AGENT_KEY}]
+    for database in ("mysql://x/y", "memory://", ":memory:", "sqlite://x.db"):
+        with pytest.raises(GatewaySettingsError, match="database"):
+            load_gateway_settings(environ={}, overrides={"database": database, "agents": agents})
+    with pytest.raises(GatewaySettingsError, match="share an API key"):
+        load_gateway_settings(
+            environ={},
+            overrides={
+                "agents": [{"id": "a", "api_key": AGENT_KEY}, {"id": "b", "api_key": AGENT_KEY}]
+            },
+        )
+    secret = "S3CRET-0123456789abcdef"
+    with pytest.raises(GatewaySettingsError) as caught:
+        load_gateway_settings(environ={"A2A_GATEWAY_AGENTS": f"agent={secret}"})
+    assert secret not in str(caught.value)
+
+
+def test_cli_refuses_a_bad_database_and_never_echoes_an_agent_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert cli_main(["gateway", "--database", "mysql://x/y", "--agent-key", f"a:{AGENT_KEY}"]) == 2
+    err = capsys.readouterr().err
+    assert "database" in err and "Traceback" not in err
+    secret = "S3CRET-0123456789abcdef"
+    assert cli_main(["gateway", "--agent-key", f"booking={secret}"]) == 2
+    err = capsys.readouterr().err
+    assert "--agent-key" in err and secret not in err
+
+
+def test_rotating_keys_in_a_missing_gateway_database_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    typo = tmp_path / "typo" / "outbox.db"
+    assert cli_main(["keys", "rotate", "--database", str(typo)]) != 0
+    assert "no gateway database" in capsys.readouterr().err
+    assert not typo.parent.exists()
+
+
+async def test_a_config_cannot_change_protocol_version(gateway: Gateway) -> None:
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        created = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t-1", "id": "c", "url": sink.url()},
+        )
+        assert "result" in created, created
+        async with session.post(
+            url + "/v1/rpc",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tasks/pushNotificationConfig/set",
+                "params": {
+                    "taskId": "t-1",
+                    "pushNotificationConfig": {"id": "c", "url": sink.url("/other")},
+                },
+            },
+            headers={"Authorization": f"Bearer {AGENT_KEY}", "A2A-Version": "0.3"},
+        ) as resp:
+            answer = await resp.json()
+        assert answer["error"]["code"] == -32602 and "1.0" in answer["error"]["message"]
+        listed = await rpc(session, url, "ListTaskPushNotificationConfigs", {"taskId": "t-1"})
+        assert [c["url"] for c in listed["result"]["configs"]] == [sink.url()]
+
+
+async def test_config_methods_answer_503_while_the_store_is_unavailable(tmp_path: Path) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"))
+    async with running_gateway(settings) as (url, gw), aiohttp.ClientSession() as session:
+        hook = "http://127.0.0.1:9/hook"
+        # The state a failed fsync leaves the SQLite writer in: every write refused.
+        store = gw.notifier.store
+        assert isinstance(store, SQLiteStore) and store._writer is not None
+        store._writer._broken = StoreUnavailableError("fsync failed at /secret/path")
+        async with session.post(
+            url + "/v1/rpc",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "CreateTaskPushNotificationConfig",
+                "params": {"taskId": "t", "url": hook},
+            },
+            headers={"Authorization": f"Bearer {AGENT_KEY}", "A2A-Version": "1.0"},
+        ) as resp:
+            assert resp.status == 503 and resp.headers["Retry-After"]
+            text = await resp.text()
+        assert json.loads(text)["error"]["code"] == -32603 and "/secret" not in text
+        async with session.post(
+            url + "/v1/tasks/t/pushNotificationConfigs", json={"url": hook}, headers=_auth()
+        ) as resp:
+            assert resp.status == 503 and resp.headers["Retry-After"]
+            assert "/secret" not in await resp.text()
+        code, body = await _post_event(session, url, "t", TaskState.WORKING)
+        assert code == 503 and "/secret" not in json.dumps(body)
