@@ -109,12 +109,14 @@ def agent_card(url: str) -> a2a_pb2.AgentCard:
 def build_app(notifier: PushNotifier, url: str) -> tuple[Starlette, DefaultRequestHandler]:
     """The SDK agent app, wired to ``notifier`` for its push notifications."""
     card = agent_card(url)
+    tasks = InMemoryTaskStore()
     handler = DefaultRequestHandler(
         agent_executor=DiceExecutor(),
-        task_store=InMemoryTaskStore(),
+        task_store=tasks,
         agent_card=card,
-        # The drop-in: these two arguments are all an a2a-sdk agent changes.
-        push_config_store=A2APushConfigStore(notifier),
+        # The drop-in: these two arguments are all an a2a-sdk agent changes (the task
+        # store lets a new config's first webhook be the task's snapshot).
+        push_config_store=A2APushConfigStore(notifier, task_store=tasks),
         push_sender=A2APushSender(notifier),
     )
 

@@ -155,6 +155,12 @@ async def test_config_store_round_trips_through_the_sdk_request_handler(
         "authentication": {"scheme": "Bearer", "credentials": "secret"},
     }
 
+    # Its first webhook is the task's snapshot, read from the handler's task store.
+    await sink.wait_for(1, timeout=10, path="/second")
+    kind, snapshot = event_of(sink.on("/second")[0].body)
+    assert kind == "task" and snapshot["id"] == task_id
+    assert snapshot["status"]["state"] == "TASK_STATE_COMPLETED"
+
     got = await rpc(
         client, agent, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "second"}
     )

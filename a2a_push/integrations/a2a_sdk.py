@@ -12,9 +12,9 @@ backed by one :class:`~a2a_push.notifier.PushNotifier`::
                                  data_dir="./a2a-push-data")
     handler = DefaultRequestHandler(
         agent_executor=MyExecutor(),
-        task_store=InMemoryTaskStore(),
+        task_store=tasks,  # tasks = InMemoryTaskStore(), say
         agent_card=card,
-        push_config_store=A2APushConfigStore(notifier),  # was InMemoryPushNotificationConfigStore()
+        push_config_store=A2APushConfigStore(notifier, task_store=tasks),  # was InMemory...()
         push_sender=A2APushSender(notifier),             # was BasePushNotificationSender(...)
     )
     # start the notifier with the app (``await notifier.start()`` / ``async with notifier``)
@@ -45,6 +45,7 @@ from a2a.server.tasks.push_notification_sender import (
     PushNotificationEvent as SdkPushNotificationEvent,
 )
 from a2a.server.tasks.push_notification_sender import PushNotificationSender
+from a2a.server.tasks.task_store import TaskStore
 from a2a.types import a2a_pb2
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import (  # type: ignore[import-untyped, unused-ignore]
@@ -107,9 +108,14 @@ class A2APushConfigStore(PushNotificationConfigStore):
         notifier: PushNotifier,
         *,
         owner_resolver: OwnerResolver = owner_from_context,
+        task_store: TaskStore | None = None,
     ) -> None:
         self.notifier = notifier
         self.owner_resolver = owner_resolver
+        # The handler's task store: a new config's first webhook is the task's snapshot
+        # (PROTOCOL.md). Without it (and no notifier task_provider), nothing is sent to
+        # the config until the task's next event.
+        self.task_store = task_store
 
     async def set_info(
         self,
@@ -120,8 +126,12 @@ class A2APushConfigStore(PushNotificationConfigStore):
         normalized = normalize_push_notification_config(task_id, notification_config)
         try:
             config = _to_model(normalized, t.TaskPushNotificationConfig)
+            snapshot = None
+            if self.task_store is not None:
+                found = await self.task_store.get(task_id, context)
+                snapshot = _to_model(found, t.Task) if found is not None else None
             stored = await self.notifier.register_config(
-                config, owner=self.owner_resolver(context), task_id=task_id
+                config, owner=self.owner_resolver(context), task_id=task_id, task=snapshot
             )
         except InvalidConfigError as exc:
             raise InvalidParamsError(message=f"push notification config: {exc}") from exc
