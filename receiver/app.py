@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import inspect
 import json
@@ -38,6 +39,8 @@ from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings
 from .sqlite_store import SQLiteReceiverStore
 from .store import Notification, ReceiverStore, Subscription, SubscriptionState, TaskEvent
 from .verify import (
+    MAX_ID_LENGTH,
+    MAX_JWKS_BYTES,
     AuthMethod,
     JWKSCache,
     VerifiedWebhook,
@@ -45,6 +48,8 @@ from .verify import (
     WebhookRejected,
     WebhookVerifier,
     check_token,
+    is_valid_id,
+    parse_json,
     presented_jwt,
     presented_token,
     token_digest,
@@ -57,6 +62,8 @@ JSON_TYPES: Final = frozenset({A2A_MEDIA_TYPE, "application/json"})
 KEEPALIVE_SECONDS: Final = 15.0
 API_KEYS_FILE: Final = "api-keys.json"
 _EVENTS_PAGE: Final = 500
+_MAX_EVENT_ID: Final = 2**63 - 1
+_CREATE_MARGIN_SECONDS: Final = 10.0
 _V03_KINDS: Final = {
     "task": "task",
     "status-update": "statusUpdate",
@@ -78,10 +85,13 @@ UpdateCallback = Callable[[TaskEvent], Awaitable[None] | None]
 class ClientError(Exception):
     """A client API request was refused: HTTP ``status`` with a JSON error body."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
 
 
 def error_body(reason: str, message: str) -> dict[str, Any]:
@@ -150,8 +160,9 @@ def _body_task(body: bytes) -> tuple[str, str, bool]:
         kind, payload = _V03_KINDS[v03_kind], data
     task_id = payload.get("id") if kind == "task" else payload.get("taskId", payload.get("task_id"))
     # Printable: the id is a storage key, and lone surrogates cannot even be encoded.
-    if not isinstance(task_id, str) or not 0 < len(task_id) <= 256 or not task_id.isprintable():
+    if not is_valid_id(task_id):
         raise WebhookRejected(400, "malformed", "the payload names no valid task id")
+    assert isinstance(task_id, str)
     return kind, task_id, _is_urgent(payload)
 
 
@@ -189,10 +200,25 @@ class Receiver:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.streams = 0  # open /events streams
+        # Subscriptions being created by this process, by (client, agent, task): a
+        # concurrent duplicate waits for the outcome. And those it confirmed lately: a
+        # young row not among them may still be in flight in another process.
+        self._creating: dict[tuple[str, str, str], asyncio.Future[Subscription]] = {}
+        self._confirmed: dict[str, float] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            # Nothing half-started may outlive a failed start (an unclosed HTTP session,
+            # an open store, background tasks).
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
+
+    async def _start(self) -> None:
         self.store.set_event_listener(self._wake_streams)
         await self.store.open()
         self._load_api_keys()
@@ -206,9 +232,10 @@ class Receiver:
                 jwks = JWKSCache(
                     agent.jwks_url or agent.origin + "/.well-known/jwks.json",
                     session=self._session,
+                    locate=None if agent.jwks_url else functools.partial(self._card_jwks, agent),
                 )
                 if agent.jwks_url is None:
-                    self._spawn(self._discover_jwks(agent, jwks))
+                    self._spawn(jwks.locate())
             self._verifiers[agent.key] = WebhookVerifier(
                 VerifyPolicy(
                     methods=agent.methods,
@@ -277,24 +304,21 @@ class Receiver:
             log.warning("no API keys configured; using the generated ones in %s", path)
         self._api_keys = keys
 
-    async def _discover_jwks(self, agent: AgentSettings, jwks: JWKSCache) -> None:
-        """Use the JWKS URL the agent card declares (push-signing extension), if any."""
+    async def _card_jwks(self, agent: AgentSettings) -> str | None:
+        """The JWKS URL the agent card declares (push-signing extension); None when the
+        agent answers without one. Raises (the cache asks again later) when the card
+        cannot be read now: the agent is unreachable, overloaded or answers garbage."""
         assert self._session is not None
         url = agent.origin + "/.well-known/agent-card.json"
-        try:
-            async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False
-            ) as resp:
-                card = await resp.json(content_type=None) if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return
-        extensions = (card or {}).get("capabilities", {}).get("extensions") or []
-        for ext in extensions if isinstance(extensions, list) else []:
-            if isinstance(ext, dict) and ext.get("uri") == PUSH_SIGNING_EXTENSION_URI:
-                uri = (ext.get("params") or {}).get("jwksUri")
-                if isinstance(uri, str) and uri.startswith(("http://", "https://")):
-                    jwks.url = uri
-                    return
+        async with self._session.get(
+            url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False
+        ) as resp:
+            if resp.status >= 500 or resp.status in (408, 429):
+                raise ValueError(f"HTTP {resp.status} from {url}")
+            if resp.status != 200:
+                return None  # no card (or not for us): the default URL it is
+            raw = await read_at_most(resp.content, MAX_JWKS_BYTES)
+        return card_jwks_uri(parse_json(raw, f"{url}: the agent card"))
 
     async def _watch_other_writers(self) -> None:
         seen = await self.store.latest_event_id()
@@ -312,17 +336,25 @@ class Receiver:
                 self._wake_streams()
 
     async def _maintain(self) -> None:
-        """Drop dedup keys past the freshness window (with margin) and old notifications."""
+        """Purge what is past its retention, every 10 minutes."""
         while True:
             await asyncio.sleep(600)
-            now = time.time()
             try:
-                await self.store.purge(
-                    seen_before=now - max(3600, 4 * self.settings.freshness_seconds),
-                    notifications_before=now - self.settings.retention_days * 86400,
-                )
+                await self.purge()
             except Exception:
                 log.exception("receiver purge failed; will try again")
+
+    async def purge(self, *, now: float | None = None) -> int:
+        """Drop dedup keys older than ``dedup_retention_hours`` (and at least four
+        freshness windows), and fetched notifications, deleted subscriptions, superseded
+        events and unsubscribed tasks older than ``retention_days``; how many rows."""
+        now = time.time() if now is None else now
+        settings = self.settings
+        dedup = max(settings.dedup_retention_hours * 3600, 4 * settings.freshness_seconds)
+        retention = now - settings.retention_days * 86400
+        return await self.store.purge(
+            seen_before=now - dedup, notifications_before=retention, history_before=retention
+        )
 
     # ---- callbacks and events --------------------------------------------------------
 
@@ -578,12 +610,64 @@ class Receiver:
     async def subscribe(
         self, client_id: str, agent_url: str, task_id: str
     ) -> tuple[Subscription, bool]:
-        """Register a push config on the agent for this client; (subscription, created)."""
+        """Register a push config on the agent for this client; (subscription, created).
+
+        A duplicate request while the first is still creating the config on the agent
+        waits for it here and shares its outcome (the subscription, or the same error).
+        In another process (workers, replicas), a duplicate that finds a subscription
+        created moments ago that this process did not confirm gets 409: it may not exist
+        on the agent yet.
+        """
         agent = self.settings.agent(agent_url)
         if agent is None:
             raise ClientError(
                 400, "unknown_agent", f"{agent_url!r} is not one of this receiver's agents"
             )
+        if not is_valid_id(task_id):
+            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
+        key = (client_id, agent.key, task_id)
+        pending = self._creating.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending), False
+        future: asyncio.Future[Subscription] = asyncio.get_running_loop().create_future()
+        self._creating[key] = future
+        try:
+            sub, created = await self._subscribe(client_id, agent, task_id)
+        except ClientError as exc:
+            future.set_exception(exc)
+            raise
+        except BaseException:
+            future.set_exception(
+                ClientError(503, "unavailable", "creating the subscription failed; retry")
+            )
+            raise
+        else:
+            future.set_result(sub)
+        finally:
+            del self._creating[key]
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: nobody may be waiting
+        return sub, created
+
+    def _confirm(self, sub: Subscription) -> None:
+        """Remember that ``sub`` exists on the agent, for the in-flight window."""
+        now = time.time()
+        self._confirmed[sub.id] = now
+        window = self._create_window
+        while self._confirmed:
+            oldest, at = next(iter(self._confirmed.items()))
+            if at >= now - window:
+                break
+            del self._confirmed[oldest]
+
+    @property
+    def _create_window(self) -> float:
+        """How long creating a subscription can take: the agent call and a margin."""
+        return self.settings.fetch_timeout + _CREATE_MARGIN_SECONDS
+
+    async def _subscribe(
+        self, client_id: str, agent: AgentSettings, task_id: str
+    ) -> tuple[Subscription, bool]:
         token = secrets.token_urlsafe(32)
         candidate = Subscription(
             id=f"sub_{uuid.uuid4().hex}",
@@ -597,6 +681,16 @@ class Receiver:
         # Stored first: the agent may send the first webhook before it answers.
         sub = await self.store.add_subscription(candidate)
         if sub.id != candidate.id:
+            if sub.id not in self._confirmed and sub.created_at > time.time() - self._create_window:
+                # Created moments ago by another process, which may still be asking the
+                # agent (and remove it if that fails): not "active" yet as far as we know.
+                raise ClientError(
+                    409,
+                    "subscription_pending",
+                    "a subscription to this task is being created by another request; "
+                    "retry shortly",
+                    retry_after=2,
+                )
             return sub, False
         try:
             await self._clients[agent.key].create_push_config(
@@ -612,6 +706,7 @@ class Receiver:
             if exc.task_not_found:
                 raise ClientError(404, "task_not_found", str(exc)) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
+        self._confirm(sub)
         assert self.fetcher is not None
         # The current state, now. Numbered like the snapshot already stored (if another
         # subscription fetched this task before), so it may replace it: a lower number
@@ -651,6 +746,8 @@ class Receiver:
     async def task_for_client(
         self, client_id: str, task_id: str, agent_url: str | None
     ) -> dict[str, Any]:
+        if not is_valid_id(task_id):
+            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
         subs = [
             s
             for s in await self.store.list_subscriptions(client_id)
@@ -665,6 +762,23 @@ class Receiver:
             if snap is not None:
                 return snap.task
         raise ClientError(404, "not_fetched", "the task has not been fetched yet; retry shortly")
+
+
+_INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
+
+
+def card_jwks_uri(card: object) -> str | None:
+    """The ``jwksUri`` of an agent card's push-signing extension; None for anything else
+    (also for a card that is not a JSON object, or has odd members)."""
+    capabilities = card.get("capabilities") if isinstance(card, dict) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    for ext in extensions if isinstance(extensions, list) else ():
+        if isinstance(ext, dict) and ext.get("uri") == PUSH_SIGNING_EXTENSION_URI:
+            params = ext.get("params")
+            uri = params.get("jwksUri") if isinstance(params, dict) else None
+            if isinstance(uri, str) and uri.startswith(("http://", "https://")):
+                return uri
+    return None
 
 
 def open_receiver_store(settings: ReceiverSettings) -> ReceiverStore:
@@ -710,7 +824,10 @@ async def _errors(
     try:
         return await handler(request)
     except ClientError as exc:
-        return _json(exc.status, error_body(exc.reason, str(exc)))
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return web.json_response(
+            error_body(exc.reason, str(exc)), status=exc.status, headers=headers
+        )
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return _json(exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason))
@@ -768,10 +885,12 @@ def create_app(
         client_id = client(request)
         data = await json_body(request)
         agent_url, task_id = data.get("agentUrl"), data.get("taskId")
-        for name, value in (("agentUrl", agent_url), ("taskId", task_id)):
-            if not isinstance(value, str) or not value or len(value) > 2048:
-                raise ClientError(400, "invalid", f"{name}: a non-empty string is required")
-        assert isinstance(agent_url, str) and isinstance(task_id, str)
+        if not isinstance(agent_url, str) or not agent_url or len(agent_url) > 2048:
+            raise ClientError(400, "invalid", "agentUrl: a non-empty string is required")
+        # The rule webhooks are held to: a task no webhook could name cannot be followed.
+        if not is_valid_id(task_id):
+            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
+        assert isinstance(task_id, str)
         sub, created = await core.subscribe(client_id, agent_url, task_id)
         return _json(201 if created else 200, sub.to_json())
 
@@ -801,16 +920,20 @@ def create_app(
             raise ClientError(400, "invalid", "limit: an integer is required") from None
         if limit < 1:
             raise ClientError(400, "invalid", "limit: must be at least 1")
-        snaps = await core.store.snapshots_for_client(
-            client_id, context_id=request.query.get("contextId"), limit=limit
-        )
+        context_id = request.query.get("contextId")
+        if context_id is not None and not is_valid_id(context_id):
+            raise ClientError(400, "invalid", _INVALID_ID.format("contextId"))
+        snaps = await core.store.snapshots_for_client(client_id, context_id=context_id, limit=limit)
         return _json(200, {"tasks": [s.task for s in snaps]})
 
     async def events(request: web.Request) -> web.StreamResponse:
         client_id = client(request)
         raw = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
-        if not (raw.isascii() and raw.isdigit() and len(raw) < 20):
-            raise ClientError(400, "invalid", "Last-Event-ID: an event id (integer) is required")
+        # Checked before the stream starts: an id past int64 cannot be compared in SQL.
+        if not (raw.isascii() and raw.isdigit() and len(raw) < 20) or int(raw) > _MAX_EVENT_ID:
+            raise ClientError(
+                400, "invalid", f"Last-Event-ID: an event id (0 to {_MAX_EVENT_ID}) is required"
+            )
         last = int(raw)
         resp = web.StreamResponse(
             headers={

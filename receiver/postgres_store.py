@@ -231,11 +231,30 @@ class PostgresReceiverStore(ReceiverStore):
             lambda conn: conn.execute(self._sql["mark_fetched"], agent_url, task_id, up_to)
         )
 
-    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
+    async def purge(
+        self,
+        *,
+        seen_before: float,
+        notifications_before: float,
+        history_before: float | None = None,
+    ) -> int:
         async def op(conn: Any) -> int:
-            a = await conn.execute(self._sql["purge_seen"], seen_before)
-            b = await conn.execute(self._sql["purge_notifications"], notifications_before)
-            return int(a.split()[-1]) + int(b.split()[-1])
+            statements = [
+                ("purge_seen", seen_before),
+                ("purge_notifications", notifications_before),
+            ]
+            if history_before is not None:
+                # In this order: a task whose last subscription goes now goes too, and
+                # then its events.
+                statements += [
+                    (name, history_before)
+                    for name in ("purge_deleted_subscriptions", "purge_tasks", "purge_events")
+                ]
+            count = 0
+            for name, before in statements:
+                status = await conn.execute(self._sql[name], before)
+                count += int(status.split()[-1])
+            return count
 
         return await self._run(op)
 

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
 from a2a_push.settings_files import check_api_key, describe, key_pairs, service_base_url
@@ -27,7 +35,7 @@ from a2a_push.settings_files import read_config_file as read_config_file  # re-e
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
 
-from .verify import DEFAULT_FRESHNESS_SECONDS, AuthMethod, allowed_methods
+from .verify import DEFAULT_FRESHNESS_SECONDS, AuthMethod, VerifyPolicy, allowed_methods
 
 ENV_PREFIX: Final = "A2A_RECEIVER_"
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -35,6 +43,7 @@ DEFAULT_PORT: Final = 8090
 WEBHOOK_PATH: Final = "/webhooks/a2a"
 CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 DEFAULT_LOG_LEVEL: Final = "INFO"
+DEFAULT_DEDUP_RETENTION_HOURS: Final = 48.0
 
 LogLevel: TypeAlias = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
@@ -82,6 +91,37 @@ class AgentSettings(_Model):
     @classmethod
     def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(sorted(m.value for m in allowed_methods(value)))
+
+    @field_validator("algorithms")
+    @classmethod
+    def _algorithms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(value) - set(ALGORITHMS))
+        if unknown:
+            raise ValueError(f"unsupported {unknown}; use any of {', '.join(ALGORITHMS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _usable_policy(self) -> AgentSettings:
+        """What the receiver's verifier for this agent needs, checked now rather than as
+        a crash at start: an algorithm for jwt, a secret for standard-webhooks."""
+        methods = self.methods
+        if AuthMethod.JWT in methods and not self.algorithms:
+            raise ValueError("algorithms: the jwt method needs at least one algorithm")
+        if AuthMethod.STANDARD_WEBHOOKS in methods and not self.standard_webhooks_secrets:
+            raise ValueError(
+                "standard_webhooks_secrets: the standard-webhooks method needs a whsec_ secret"
+            )
+        try:
+            VerifyPolicy(
+                methods=methods,
+                algorithms=self.algorithms,
+                standard_webhooks_secrets=tuple(
+                    s.get_secret_value() for s in self.standard_webhooks_secrets
+                ),
+            )
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @field_validator("standard_webhooks_secrets")
     @classmethod
@@ -156,7 +196,18 @@ class ReceiverSettings(_Model):
     fetch_coalesce_seconds: float = Field(
         default=0.02, ge=0, description="how long notifications for a task gather before a fetch"
     )
-    retention_days: float = Field(default=7.0, gt=0)
+    retention_days: float = Field(
+        default=7.0,
+        gt=0,
+        description="fetched notifications, deleted subscriptions, superseded events and "
+        "unsubscribed tasks are purged after this",
+    )
+    dedup_retention_hours: float = Field(
+        default=DEFAULT_DEDUP_RETENTION_HOURS,
+        gt=0,
+        description="webhook ids (and token-only body hashes) are remembered this long, "
+        "so a sender's late retry is still recognised as a duplicate",
+    )
     webhook_rate_limit: float = Field(
         default=0.0, ge=0, description="webhooks/s per agent before 429; 0 = unlimited"
     )

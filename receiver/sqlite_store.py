@@ -199,11 +199,24 @@ class SQLiteReceiverStore(ReceiverStore):
             lambda conn: conn.execute(self._sql["mark_fetched"], (agent_url, task_id, up_to))
         )
 
-    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
+    async def purge(
+        self,
+        *,
+        seen_before: float,
+        notifications_before: float,
+        history_before: float | None = None,
+    ) -> int:
         def op(conn: sqlite3.Connection) -> int:
-            a = conn.execute(self._sql["purge_seen"], (seen_before,)).rowcount
-            b = conn.execute(self._sql["purge_notifications"], (notifications_before,)).rowcount
-            return int(a + b)
+            count = conn.execute(self._sql["purge_seen"], (seen_before,)).rowcount
+            count += conn.execute(
+                self._sql["purge_notifications"], (notifications_before,)
+            ).rowcount
+            if history_before is not None:
+                # In this order: a task whose last subscription goes now goes too, and
+                # then its events.
+                for name in ("purge_deleted_subscriptions", "purge_tasks", "purge_events"):
+                    count += conn.execute(self._sql[name], (history_before,)).rowcount
+            return int(count)
 
         return await self._write(op)
 

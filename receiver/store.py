@@ -167,8 +167,21 @@ class ReceiverStore(abc.ABC):
         """Notifications of this task up to ``up_to`` are covered by a stored snapshot."""
 
     @abc.abstractmethod
-    async def purge(self, *, seen_before: float, notifications_before: float) -> int:
-        """Drop dedup keys and fetched notifications older than the given times."""
+    async def purge(
+        self,
+        *,
+        seen_before: float,
+        notifications_before: float,
+        history_before: float | None = None,
+    ) -> int:
+        """Drop dedup keys and fetched notifications older than the given times; how many
+        rows went.
+
+        ``history_before``: also drop subscriptions deleted before then, tasks updated
+        before then that no subscription (active or deleted) names any more, and events
+        created before then, except each remaining task's newest event: an SSE client
+        resuming from an older id still gets every task's latest state.
+        """
 
     # ---- snapshots and events --------------------------------------------------------
 

@@ -29,8 +29,10 @@ import enum
 import hashlib
 import hmac
 import json
+import logging
+import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -38,6 +40,7 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from a2a_push.errors import InvalidConfigError
+from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import (
     HEADER_AUTHORIZATION,
     HEADER_NOTIFICATION_TOKEN,
@@ -54,10 +57,19 @@ from a2a_push.signing.keys import ALGORITHMS
 DEFAULT_FRESHNESS_SECONDS: Final = 300
 DEFAULT_JWKS_TTL_SECONDS: Final = 300.0
 DEFAULT_JWKS_MIN_REFRESH_SECONDS: Final = 2.0
-_MAX_ID_LENGTH: Final = 256
+MAX_JWKS_BYTES: Final = 1024 * 1024
+"""A JWK Set (or agent card) larger than this is refused: a few keys are a few KiB."""
+MAX_ID_LENGTH: Final = 256
 _MAX_JWT_HEADER_CHARS: Final = 4096
 _MAX_JWT_PAYLOAD_CHARS: Final = 16_384
 _INT64: Final = range(-(2**63), 2**63)
+
+log = logging.getLogger(__name__)
+
+JWKSLocator = Callable[[], Awaitable[str | None]]
+"""Finds an agent's JWK Set URL (e.g. in its agent card): the URL, None when the agent
+declares none, or raises ``aiohttp.ClientError`` / ``TimeoutError`` / ``ValueError`` when
+it cannot tell now (asked again later)."""
 
 
 class AuthMethod(enum.StrEnum):
@@ -85,6 +97,12 @@ class WebhookRejected(Exception):
 
 def _unauthorized(reason: str, message: str) -> WebhookRejected:
     return WebhookRejected(401, reason, message)
+
+
+def is_valid_id(value: object) -> bool:
+    """Whether ``value`` may name a task, context or webhook: 1 to 256 printable
+    characters (no NUL or other control characters, no lone surrogates)."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
 
 
 @dataclass(frozen=True)
@@ -220,7 +238,14 @@ class JWKSCache:
     The set is refetched after ``ttl`` seconds, and at once when a JWT names a ``kid`` it
     does not hold (a key rotation), but at most every ``min_refresh`` seconds, so forged
     kids cannot make the receiver hammer the agent. Concurrent callers share one fetch.
-    A static set can be given instead of a URL (``JWKSCache.static(jwks)``).
+    A ``kid`` that a refetch could not check yet (one ran moments ago, or it failed) is
+    answered 503 with a ``retry_after``, so a sender retries; only a ``kid`` still missing
+    from a set fetched after the request arrived is left to fail verification (401).
+
+    ``locate``, when given, finds the set's URL (e.g. from the agent card): it is asked
+    before the first fetch and, until it has answered once, again before each fetch
+    (so at most every ``min_refresh`` seconds). A static set can be given instead of a
+    URL (``JWKSCache.static(jwks)``).
     """
 
     def __init__(
@@ -232,6 +257,7 @@ class JWKSCache:
         min_refresh: float = DEFAULT_JWKS_MIN_REFRESH_SECONDS,
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
+        locate: JWKSLocator | None = None,
     ) -> None:
         self._url = url
         self._session = session
@@ -241,8 +267,13 @@ class JWKSCache:
         self._headers = dict(headers or {})
         self._jwks: dict[str, Any] | None = None
         self._fetched_at = float("-inf")
+        self._fetch_ok = False
         self._error = "the agent's JWK Set has not been fetched yet"
         self._lock = asyncio.Lock()
+        self._locate = locate
+        self._located_at = float("-inf")
+        self.located = locate is None
+        """Whether ``locate`` has answered (or there is none)."""
         self.fetches = 0
 
     @property
@@ -260,6 +291,7 @@ class JWKSCache:
         cache = cls(None)
         cache._jwks = dict(jwks)
         cache._fetched_at = float("inf")
+        cache._fetch_ok = True
         return cache
 
     def bind_session(self, session: aiohttp.ClientSession) -> None:
@@ -269,7 +301,8 @@ class JWKSCache:
         """The current set; refreshed when stale, or when it lacks ``refresh_for_kid``.
 
         Fetches (successful or not) are at least ``min_refresh`` seconds apart: while
-        the agent's JWKS endpoint is down, requests are answered 503 without asking it.
+        the agent's JWKS endpoint is down, requests are answered 503 without asking it,
+        and so is a ``refresh_for_kid`` that arrives while the refetch is rate-limited.
         """
         now = time.monotonic()
         jwks = self._jwks
@@ -280,25 +313,74 @@ class JWKSCache:
             and (refresh_for_kid is None or _has_kid(jwks, refresh_for_kid))
         ):
             return jwks
-        if self.url is None or age < self._min_refresh:
-            return self._cached()  # rate-limited: an unknown kid will fail verification
+        if self.url is None and self.located:
+            return self._cached()
+        if age < self._min_refresh:
+            # Rate-limited: the set was fetched before this request arrived, so a kid it
+            # lacks may be a key rotated since. 503: the sender retries after the window.
+            return self._cached(refresh_for_kid, fresh=False)
         async with self._lock:
             if self._fetched_at > now:
-                return self._cached()  # another caller fetched while we waited
+                # Another caller fetched while we waited: after this request arrived.
+                return self._cached(refresh_for_kid)
+            await self._locate_locked()
+            if self.url is None:
+                return self._cached()
             try:
                 self._jwks = await self._fetch()
+                self._fetch_ok = True
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                self._fetch_ok = False
                 self._error = f"the agent's JWK Set could not be fetched: {exc}"
             finally:
                 self._fetched_at = time.monotonic()
-            return self._cached()  # on failure, keep verifying with what we have
+            return self._cached(refresh_for_kid)  # on failure, keep verifying with what we have
 
-    def _cached(self) -> dict[str, Any]:
-        if self._jwks is not None:
-            return self._jwks
-        if self.url is None:
-            raise _unauthorized("no_jwks", "no JWK Set is configured for this agent")
-        raise WebhookRejected(503, "jwks_unavailable", self._error)
+    async def locate(self) -> None:
+        """Ask ``locate`` for the set's URL now, unless it has answered (or was asked less
+        than ``min_refresh`` seconds ago); e.g. at start-up, before the first webhook."""
+        async with self._lock:
+            await self._locate_locked()
+
+    async def _locate_locked(self) -> None:
+        if self.located or self._locate is None:
+            return
+        now = time.monotonic()
+        if now - self._located_at < self._min_refresh:
+            return
+        self._located_at = now
+        try:
+            url = await self._locate()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.info("could not find the JWK Set URL (will ask again): %s", exc)
+            return
+        self.located = True
+        if url is not None and url != self._url:
+            self.url = url
+
+    def _cached(self, kid: str | None = None, *, fresh: bool = True) -> dict[str, Any]:
+        """The cached set. ``kid``: a key the caller needs; when the set lacks it and no
+        fetch that started after the request arrived succeeded (``fresh``), 503."""
+        if self._jwks is None:
+            if self.url is None and self.located:
+                raise _unauthorized("no_jwks", "no JWK Set is configured for this agent")
+            raise WebhookRejected(
+                503, "jwks_unavailable", self._error, retry_after=self._retry_after()
+            )
+        if kid is not None and not _has_kid(self._jwks, kid) and not (fresh and self._fetch_ok):
+            raise WebhookRejected(
+                503,
+                "jwks_refresh_pending",
+                f"the JWT's key {kid!r} is not in the agent's JWK Set as last fetched, and it "
+                "cannot be fetched again yet (a key rotated moments ago?): retry shortly",
+                retry_after=self._retry_after(),
+            )
+        return self._jwks
+
+    def _retry_after(self) -> int:
+        """Whole seconds until the next fetch may run (at least 1)."""
+        wait = self._fetched_at + self._min_refresh - time.monotonic()
+        return max(1, math.ceil(wait)) if math.isfinite(wait) else 1
 
     async def _fetch(self) -> dict[str, Any]:
         assert self.url is not None
@@ -314,13 +396,25 @@ class JWKSCache:
             ) as resp:
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status} from {self.url}")
-                data = await resp.json(content_type=None)
+                raw = await read_at_most(resp.content, MAX_JWKS_BYTES)
         finally:
             if own:
                 await session.close()
+        data = parse_json(raw, f"{self.url}: the JWK Set")
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise ValueError(f"{self.url} did not return a JWK Set")
         return data
+
+
+def parse_json(raw: bytes | None, what: str) -> Any:
+    """A small JSON document read with :func:`read_at_most` (None: over the cap); a
+    ``ValueError`` for anything that is not one."""
+    if raw is None:
+        raise ValueError(f"{what} is over {MAX_JWKS_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{what} is not valid JSON") from None
 
 
 def _has_kid(jwks: Mapping[str, Any], kid: str) -> bool:
@@ -340,9 +434,9 @@ def _jwt_header(token: str) -> dict[str, Any]:
 def _check_id(value: str | None, name: str, reason: str = "bad_header") -> str | None:
     if value is None:
         return None
-    if not value or len(value) > _MAX_ID_LENGTH or not value.isprintable():
+    if not is_valid_id(value):
         raise WebhookRejected(
-            400, reason, f"{name} is not a valid id (1 to {_MAX_ID_LENGTH} printable characters)"
+            400, reason, f"{name} is not a valid id (1 to {MAX_ID_LENGTH} printable characters)"
         )
     return value
 
@@ -432,8 +526,11 @@ class WebhookVerifier:
     ) -> VerifiedWebhook:
         assert self.jwks is not None
         policy = self.policy
-        kid = _jwt_header(token).get("kid")
-        jwks = await self.jwks.get(refresh_for_kid=kid if isinstance(kid, str) else None)
+        header = _jwt_header(token)
+        kid = header.get("kid")
+        # Only a kid a valid JWT could name is worth a refetch (or a "retry" answer).
+        wanted = isinstance(kid, str) and kid and header.get("alg") in policy.algorithms
+        jwks = await self.jwks.get(refresh_for_kid=kid if wanted else None)
         try:
             claims = verify_webhook_jwt(
                 token,

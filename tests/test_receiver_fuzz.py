@@ -1,6 +1,8 @@
 """Property-based tests of the receiver's webhook endpoint: random and near-valid bodies
 with random, garbled and half-valid credentials never get a 5xx, always get a JSON answer,
-and never store anything.
+and never store anything. The one 5xx a stranger can get is a 503 ``jwks_refresh_pending``
+(with ``Retry-After``): a JWT naming a key the agent's JWK Set lacked, while a refetch is
+rate-limited, may be signed with a key rotated moments ago, so the sender must retry.
 
 One receiver (real SQLite) and its fake agents serve every example; hypothesis drives them
 from synchronous tests through the servers' own event loop. Nothing a test sends can be
@@ -281,6 +283,9 @@ async def _post(rig: WebhookRig, body: bytes, headers: dict[str, str], ctype: st
         assert isinstance(answer, dict)
         if resp.status >= 300:
             assert isinstance(answer.get("error"), str) and isinstance(answer.get("message"), str)
+        if resp.status == 503 and answer["error"] == "jwks_refresh_pending":
+            assert int(resp.headers["Retry-After"]) >= 1
+            return 401  # as good as a refusal: an unknown kid, asked again after the wait
         return resp.status
 
 

@@ -4,6 +4,7 @@ every update (LISTEN/NOTIFY)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -109,4 +110,44 @@ async def test_two_replicas_share_dedup_and_every_sse_stream_sees_every_update(
     finally:
         for server in servers:
             await server.close()
+        await agent_server.close()
+
+
+async def test_ids_postgresql_cannot_store_are_400_not_500(tmp_path: Path) -> None:
+    # NUL is the one character PostgreSQL text refuses (SQLite stores it): the client API
+    # holds ids to the webhook rule first, and Last-Event-ID to int64 (BIGINT).
+    dsn = require_postgres()
+    agent_server, agent_url = await _agent()
+    settings = ReceiverSettings.model_validate(
+        {
+            "port": 0,
+            "data_dir": tmp_path,
+            "agents": [{"url": agent_url, "auth": ["token"]}],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+        }
+    )
+    app = create_app(settings, store=PostgresReceiverStore(dsn, schema=postgres_schema()))
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            for task_id in ("a\x00b", "\ud800", "t" * 257):
+                raw = json.dumps({"agentUrl": agent_url, "taskId": task_id})
+                async with session.post(
+                    server.make_url("/subscriptions"),
+                    data=raw,
+                    headers={**auth, "Content-Type": "application/json"},
+                ) as resp:
+                    assert resp.status == 400 and (await resp.json())["error"] == "invalid"
+            for path in ("/tasks?contextId=a%00b", "/tasks/a%00b"):
+                async with session.get(server.make_url(path), headers=auth) as resp:
+                    assert resp.status == 400 and (await resp.json())["error"] == "invalid"
+            headers = {**auth, "Last-Event-ID": "9999999999999999999"}
+            async with session.get(server.make_url("/events"), headers=headers) as resp:
+                assert resp.status == 400 and resp.content_type == "application/json"
+            async with session.get(server.make_url("/healthz")) as resp:
+                assert resp.status == 200
+    finally:
+        await server.close()
         await agent_server.close()

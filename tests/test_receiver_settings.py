@@ -294,3 +294,64 @@ def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> Non
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize(
+    ("agent", "expected"),
+    [
+        ('algorithms = ["HS256"]', "agents.0.algorithms: Value error, unsupported ['HS256']"),
+        ("algorithms = []", "the jwt method needs at least one algorithm"),
+        ('auth = ["standard-webhooks"]', "the standard-webhooks method needs a whsec_ secret"),
+        (
+            'auth = ["standard-webhooks"]\nstandard_webhooks_secrets = ["whsec_!!!"]',
+            "standard_webhooks_secrets",
+        ),
+    ],
+)
+def test_agent_options_the_verifier_cannot_use_are_refused_when_loading(
+    tmp_path: Path, agent: str, expected: str
+) -> None:
+    config = tmp_path / "r.toml"
+    config.write_text(f'[[agents]]\nurl = "http://a.test/"\n{agent}\n')
+    with pytest.raises(SettingsError, match="invalid receiver settings") as caught:
+        load_settings(config_file=config, environ={})
+    assert expected in str(caught.value)
+
+
+def test_the_command_refuses_unusable_agent_options_with_exit_2_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "r.toml"
+    config.write_text(
+        f'port = 0\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[agents]]\nurl = "http://127.0.0.1:9/"\nalgorithms = ["HS256"]\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "receiver", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "receiver: error: invalid receiver settings: agents.0.algorithms" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Unclosed" not in proc.stderr
+
+
+async def test_a_failed_start_closes_the_http_session_and_the_store(tmp_path: Path) -> None:
+    from receiver.app import Receiver
+    from receiver.settings import ReceiverSettings
+
+    settings = ReceiverSettings.model_validate(
+        {"data_dir": tmp_path, "agents": [{"url": "http://127.0.0.1:9/"}]}
+    )
+    # An agent entry that skipped validation (model_copy does not validate): the verifier
+    # refuses it at start.
+    broken = settings.agents[0].model_copy(update={"algorithms": ("HS256",)})
+    receiver = Receiver(settings.model_copy(update={"agents": (broken,)}))
+    with pytest.raises(ValueError, match="HS256"):
+        await receiver.start()
+    assert receiver._session is not None and receiver._session.closed
+    assert receiver._maintenance is None
+    with pytest.raises(Exception, match="not open"):
+        await receiver.store.ping()

@@ -167,6 +167,42 @@ async def test_purge_drops_old_dedup_keys_and_fetched_notifications(store: Recei
     assert not await store.seen(AGENT, "m1")
 
 
+async def test_purge_drops_old_history_but_keeps_each_tasks_newest_event(
+    store: ReceiverStore,
+) -> None:
+    await store.add_subscription(sub("sub_1", task="t1", digest="d1"))
+    await store.add_subscription(sub("sub_2", task="t2", digest="d2"))
+    await store.add_subscription(sub("sub_3", task="t3", digest="d3"))
+    for generation in (1, 2, 3):  # events (and task rows) at times 1.0, 2.0, 3.0
+        assert await store.save_snapshot(snap(generation, task="t1")) is not None
+    for generation in (1, 2):
+        assert await store.save_snapshot(snap(generation, task="t2")) is not None
+    assert await store.save_snapshot(snap(1, task="t3")) is not None
+    await store.delete_subscription("sub_2", now=50.0)  # t2's only subscription
+    await store.delete_subscription("sub_3", now=500.0)  # deleted lately: kept
+    # Without history_before, only dedup keys and notifications go.
+    assert await store.purge(seen_before=1e9, notifications_before=1e9) == 0
+    # Superseded events before 1.5 go; nothing else is that old.
+    assert await store.purge(seen_before=0.0, notifications_before=0.0, history_before=1.5) == 2
+    ids = [(e.task_id, e.data["id"]) for e in await store.events_for_client("alice", after=0)]
+    assert ids == [("t1", "t1"), ("t1", "t1")]
+    # Later: sub_2 (deleted at 50), then t2's task row (no subscription names it) and
+    # its last event, and t1's superseded one; t3 (a deleted subscription) keeps its row.
+    assert await store.purge(seen_before=0.0, notifications_before=0.0, history_before=100.0) == 4
+    assert await store.get_subscription("sub_2") is None
+    kept = await store.get_subscription("sub_3")
+    assert kept is not None and kept.state is SubscriptionState.DELETED
+    assert await store.get_snapshot(AGENT, "t2") is None
+    t1 = await store.get_snapshot(AGENT, "t1")
+    assert t1 is not None and t1.generation == 3
+    assert await store.get_snapshot(AGENT, "t3") is not None
+    # A client resuming from an id older than the purge still gets each task's latest
+    # state (t2's events are gone from the log, not just hidden).
+    await store.add_subscription(sub("sub_4", task="t2", digest="d4"))
+    events = await store.events_for_client("alice", after=0)
+    assert [(e.task_id, e.created_at) for e in events] == [("t1", 3.0)]
+
+
 def test_status_timestamps_compare_as_instants_whatever_their_precision() -> None:
     from receiver.store import supersedes
 

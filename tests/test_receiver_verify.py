@@ -501,7 +501,9 @@ async def test_unknown_kid_refetch_is_rate_limited(jwks_server: JWKSServer) -> N
     cache = JWKSCache(jwks_server.url, min_refresh=0.3)
     await cache.get()
     for _ in range(20):
-        await cache.get(refresh_for_kid="forged")
+        with pytest.raises(WebhookRejected) as caught:
+            await cache.get(refresh_for_kid="forged")
+        assert (caught.value.status, caught.value.reason) == (503, "jwks_refresh_pending")
     assert jwks_server.hits == 1
     await asyncio.sleep(0.35)
     await asyncio.gather(*(cache.get(refresh_for_kid="forged") for _ in range(20)))
@@ -573,3 +575,124 @@ async def test_static_jwks_never_fetches(keyset: KeySet) -> None:
     with pytest.raises(WebhookRejected) as caught:
         await JWKSCache(None).get()
     assert (caught.value.status, caught.value.reason) == (401, "no_jwks")
+
+
+# ---- unknown kids while a refetch is rate-limited; discovery; size caps ------------------
+
+
+async def test_a_key_rotated_right_after_a_fetch_is_503_retry_not_401(
+    jwks_server: JWKSServer,
+) -> None:
+    cache = JWKSCache(jwks_server.url, min_refresh=0.5)
+    verifier = _verifier(jwks=cache)
+    now = int(time.time())
+    await verifier.verify({HEADER_SIGNATURE: _sign(jwks_server.keyset, now=now)}, BODY)
+    jwks_server.keyset.rotate()  # the agent signs with the new key at once
+    rotated = _sign(jwks_server.keyset, now=now)
+    refusal = await _rejected(verifier, {HEADER_SIGNATURE: rotated}, now=now)
+    # Not a permanent 401: the set was fetched before the request came; retry after the
+    # window (whole seconds, at least 1).
+    assert (refusal.status, refusal.reason, refusal.retry_after) == (
+        503,
+        "jwks_refresh_pending",
+        1,
+    )
+    assert jwks_server.hits == 1
+    await asyncio.sleep(0.55)
+    verified = await verifier.verify({HEADER_SIGNATURE: rotated}, BODY, now=now)
+    assert verified.method is AuthMethod.JWT and jwks_server.hits == 2
+
+
+async def test_a_kid_still_unknown_after_a_fresh_fetch_is_401(jwks_server: JWKSServer) -> None:
+    cache = JWKSCache(jwks_server.url, min_refresh=0.3)
+    verifier = _verifier(jwks=cache)
+    stranger = _sign(KeySet.generate(), now=int(time.time()))
+    # The first request fetches the set after it arrived: the kid is really not there.
+    refusal = await _rejected(verifier, {HEADER_SIGNATURE: stranger}, now=int(time.time()))
+    assert (refusal.status, refusal.reason) == (401, "unknown_kid")
+    # Within the window: cannot tell yet, so "retry".
+    refusal = await _rejected(verifier, {HEADER_SIGNATURE: stranger}, now=int(time.time()))
+    assert (refusal.status, refusal.reason) == (503, "jwks_refresh_pending")
+    await asyncio.sleep(0.35)
+    # Concurrent requests after the window share one refetch, and all get the 401.
+    refusals = await asyncio.gather(
+        *(_rejected(verifier, {HEADER_SIGNATURE: stranger}, now=int(time.time())) for _ in range(5))
+    )
+    assert {(r.status, r.reason) for r in refusals} == {(401, "unknown_kid")}
+    assert jwks_server.hits == 2
+
+
+async def test_an_unknown_kid_after_a_failed_refetch_is_503(jwks_server: JWKSServer) -> None:
+    cache = JWKSCache(jwks_server.url, ttl=0.0, min_refresh=0.0)
+    known = await cache.get()
+    jwks_server.status = 500
+    assert await cache.get() == known  # a known kid still verifies with the cached set
+    with pytest.raises(WebhookRejected) as caught:
+        await cache.get(refresh_for_kid="rotated")
+    assert (caught.value.status, caught.value.reason) == (503, "jwks_refresh_pending")
+    assert caught.value.retry_after == 1
+
+
+async def test_a_kid_under_an_algorithm_the_policy_refuses_causes_no_refetch(
+    jwks_server: JWKSServer,
+) -> None:
+    cache = JWKSCache(jwks_server.url, min_refresh=30)
+    verifier = _verifier(jwks=cache, algorithms=("EdDSA",))
+    token = _sign(KeySet.generate(), now=int(time.time()))  # ES256
+    for _ in range(3):
+        refusal = await _rejected(verifier, {HEADER_SIGNATURE: token}, now=int(time.time()))
+        assert (refusal.status, refusal.reason) == (401, "bad_algorithm")
+    assert jwks_server.hits == 1
+
+
+async def test_an_oversized_jwks_is_refused_without_reading_it_all(
+    jwks_server: JWKSServer,
+) -> None:
+    from receiver.verify import MAX_JWKS_BYTES
+
+    jwks_server.body = {"keys": [], "padding": "x" * MAX_JWKS_BYTES}
+    with pytest.raises(WebhookRejected) as caught:
+        await JWKSCache(jwks_server.url).get()
+    assert (caught.value.status, caught.value.reason) == (503, "jwks_unavailable")
+    assert "over" in str(caught.value)
+
+
+async def test_deeply_nested_jwks_json_is_a_clean_503(jwks_server: JWKSServer) -> None:
+    app_body = "[" * 100_000 + "]" * 100_000
+
+    async def nested(request: web.Request) -> web.Response:
+        return web.Response(text=app_body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/jwks.json", nested)
+    async with TestServer(app, host="127.0.0.1") as server:
+        with pytest.raises(WebhookRejected) as caught:
+            await JWKSCache(str(server.make_url("/jwks.json"))).get()
+    assert (caught.value.status, caught.value.reason) == (503, "jwks_unavailable")
+
+
+async def test_locate_is_asked_until_it_answers_at_most_once_per_window(
+    jwks_server: JWKSServer,
+) -> None:
+    calls: list[float] = []
+    answer: dict[str, Any] = {"fail": True}
+
+    async def locate() -> str | None:
+        calls.append(time.monotonic())
+        if answer["fail"]:
+            raise ValueError("the agent card is not reachable")
+        return jwks_server.url
+
+    cache = JWKSCache("http://127.0.0.1:1/jwks.json", min_refresh=0.3, locate=locate, timeout=2)
+    await cache.locate()
+    for _ in range(3):
+        with pytest.raises(WebhookRejected):
+            await cache.get()
+    assert len(calls) == 1 and not cache.located  # rate-limited with the fetches
+    answer["fail"] = False
+    await asyncio.sleep(0.35)
+    assert await cache.get() == jwks_server.keyset.jwks()
+    assert len(calls) == 2 and cache.located and cache.url == jwks_server.url
+    await asyncio.sleep(0.35)
+    await cache.get(refresh_for_kid="other")
+    assert len(calls) == 2  # answered once: never asked again

@@ -54,6 +54,23 @@ DELETE FROM receiver_seen WHERE received_at < $1;
 -- name: purge_notifications
 DELETE FROM receiver_notifications WHERE fetched AND received_at < $1;
 
+-- name: purge_deleted_subscriptions
+DELETE FROM receiver_subscriptions WHERE state = 'deleted' AND deleted_at < $1;
+
+-- name: purge_tasks
+DELETE FROM receiver_tasks t
+WHERE t.updated_at < $1
+  AND NOT EXISTS (SELECT 1 FROM receiver_subscriptions s
+                  WHERE s.agent_url = t.agent_url AND s.task_id = t.task_id);
+
+-- name: purge_events
+DELETE FROM receiver_events e
+WHERE e.created_at < $1
+  AND (EXISTS (SELECT 1 FROM receiver_events n
+               WHERE n.agent_url = e.agent_url AND n.task_id = e.task_id AND n.id > e.id)
+       OR NOT EXISTS (SELECT 1 FROM receiver_tasks t
+                      WHERE t.agent_url = e.agent_url AND t.task_id = e.task_id));
+
 -- name: lock_task
 SELECT final, status_timestamp, generation FROM receiver_tasks
 WHERE agent_url = $1 AND task_id = $2 FOR UPDATE;

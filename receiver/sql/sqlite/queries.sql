@@ -49,6 +49,24 @@ DELETE FROM seen WHERE received_at < ?;
 -- name: purge_notifications
 DELETE FROM notifications WHERE fetched = 1 AND received_at < ?;
 
+-- name: purge_deleted_subscriptions
+DELETE FROM subscriptions WHERE state = 'deleted' AND deleted_at < ?;
+
+-- name: purge_tasks
+DELETE FROM tasks
+WHERE updated_at < ?
+  AND NOT EXISTS (SELECT 1 FROM subscriptions s
+                  WHERE s.agent_url = tasks.agent_url AND s.task_id = tasks.task_id);
+
+-- name: purge_events
+DELETE FROM events
+WHERE created_at < ?
+  AND (EXISTS (SELECT 1 FROM events n
+               WHERE n.agent_url = events.agent_url AND n.task_id = events.task_id
+                 AND n.id > events.id)
+       OR NOT EXISTS (SELECT 1 FROM tasks t
+                      WHERE t.agent_url = events.agent_url AND t.task_id = events.task_id));
+
 -- name: get_task
 SELECT * FROM tasks WHERE agent_url = ? AND task_id = ?;
 

@@ -1,0 +1,505 @@
+"""Receiver regressions, on real local servers and real SQLite: an unknown kid while the
+JWKS refetch is rate-limited, JWKS discovery when the agent was down at start, agent-card
+shapes and sizes, client API id validation, concurrent duplicate subscriptions, how long
+dedup keys are kept, and what the maintenance purge removes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from a2a_push.protocol.constants import (
+    A2A_MEDIA_TYPE,
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_ID,
+    HEADER_WEBHOOK_TIMESTAMP,
+)
+from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
+from a2a_push.signing import KeySet, WebhookSigner
+from receiver.app import RECEIVER, Receiver, card_jwks_uri, create_app
+from receiver.settings import ReceiverSettings, load_settings
+from receiver.store import Subscription, SubscriptionState
+from receiver.verify import MAX_JWKS_BYTES, token_digest
+
+from .receiver_support import API_KEY, WebhookRig, _free_port, status_update, webhook_rig
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+# ---- a configurable agent: card, keys, GetTask, CreateTaskPushNotificationConfig ---------
+
+
+@dataclass
+class Agent:
+    keyset: KeySet = field(default_factory=KeySet.generate)
+    base: str = ""
+    card: Any = None
+    """The agent card (any JSON); None: one naming ``/keys`` as the JWKS URL."""
+    card_raw: bytes | None = None
+    create_delay: float = 0.0
+    create_error: dict[str, Any] | None = None
+    creates: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.base + "/rpc"
+
+    def app(self) -> web.Application:
+        async def card(request: web.Request) -> web.Response:
+            if self.card_raw is not None:
+                return web.Response(body=self.card_raw, content_type="application/json")
+            extension = {
+                "uri": PUSH_SIGNING_EXTENSION_URI,
+                "params": {"jwksUri": self.base + "/keys"},
+            }
+            default = {"name": "agent", "capabilities": {"extensions": [extension]}}
+            return web.json_response(default if self.card is None else self.card)
+
+        async def keys(request: web.Request) -> web.Response:
+            return web.json_response(self.keyset.jwks())
+
+        async def rpc(request: web.Request) -> web.Response:
+            data = await request.json()
+            params = data["params"]
+            if data["method"] == "GetTask":
+                task = {
+                    "id": params["id"],
+                    "contextId": "c",
+                    "status": {"state": "TASK_STATE_WORKING"},
+                }
+                return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": task})
+            self.creates += 1
+            await asyncio.sleep(self.create_delay)
+            if self.create_error is not None:
+                error = self.create_error
+                return web.json_response({"jsonrpc": "2.0", "id": data["id"], "error": error})
+            return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": params})
+
+        app = web.Application()
+        app.router.add_get("/.well-known/agent-card.json", card)
+        app.router.add_get("/keys", keys)  # nothing at /.well-known/jwks.json
+        app.router.add_post("/rpc", rpc)
+        return app
+
+
+@asynccontextmanager
+async def agent_server(agent: Agent, port: int | None = None) -> AsyncIterator[Agent]:
+    server = TestServer(agent.app(), host="127.0.0.1", port=port or _free_port())
+    await server.start_server()
+    agent.base = str(server.make_url("")).rstrip("/")
+    try:
+        yield agent
+    finally:
+        await server.close()
+
+
+def settings_for(tmp_path: Path, agent: dict[str, Any], **extra: Any) -> ReceiverSettings:
+    return ReceiverSettings.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": _free_port(),
+            "data_dir": tmp_path / "receiver",
+            "agents": [agent],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+            "fetch_coalesce_seconds": 0,
+            **extra,
+        }
+    )
+
+
+@asynccontextmanager
+async def receiver_server(settings: ReceiverSettings) -> AsyncIterator[Receiver]:
+    app = create_app(settings)
+    server = TestServer(app, host="127.0.0.1", port=settings.port)
+    await server.start_server()
+    try:
+        yield app[RECEIVER]
+    finally:
+        await server.close()
+
+
+def signed_headers(
+    agent: Agent, settings: ReceiverSettings, body: bytes, sub_id: str, task_id: str
+) -> dict[str, str]:
+    webhook_id = f"msg_{uuid.uuid4().hex}"
+    jwt = WebhookSigner(agent.keyset, agent.url).sign(
+        body=body,
+        audience=settings.webhook_url,
+        webhook_id=webhook_id,
+        task_id=task_id,
+        config_id=sub_id,
+        seq=1,
+    )
+    return {
+        "Content-Type": A2A_MEDIA_TYPE,
+        HEADER_WEBHOOK_ID: webhook_id,
+        HEADER_WEBHOOK_TIMESTAMP: str(int(time.time())),
+        HEADER_SIGNATURE: jwt,
+    }
+
+
+async def stored_subscription(receiver: Receiver, agent_url: str, task_id: str) -> Subscription:
+    sub = Subscription(
+        id=f"sub_{uuid.uuid4().hex}",
+        client_id="alice",
+        agent_url=agent_url.rstrip("/"),
+        task_id=task_id,
+        token_digest=token_digest(uuid.uuid4().hex),
+        state=SubscriptionState.ACTIVE,
+        created_at=time.time() - 3600,
+    )
+    return await receiver.store.add_subscription(sub)
+
+
+# ---- 1. an unknown kid while the JWKS refetch is rate-limited ----------------------------
+
+
+async def test_a_webhook_signed_right_after_a_key_rotation_gets_503_retry_then_is_accepted(
+    tmp_path: Path,
+) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        sub, _ = await rig.subscribe("a", "task-1")
+        body = status_update("task-1")
+        assert (await rig.post(body, rig.signed("a", body, sub)))[0] == 200  # JWKS fetched
+        rig.agents["a"].keyset.rotate()  # the new key signs at once (PROTOCOL.md)
+        headers = {**rig.signed("a", body, sub), "Content-Type": A2A_MEDIA_TYPE}
+        async with rig.session.post(rig.webhook_url, data=body, headers=headers) as resp:
+            answer = await resp.json()
+            # Not 401 (the sender would dead-letter it): 503, retried after Retry-After.
+            assert (resp.status, answer["error"]) == (503, "jwks_refresh_pending")
+            retry_after = int(resp.headers["Retry-After"])
+        assert 1 <= retry_after <= 2 and answer["retryAfter"] == retry_after
+        assert rig.agents["a"].jwks_hits == 1
+        await asyncio.sleep(retry_after + 0.1)
+        # The sender's retry: the same webhook-id and JWT.
+        assert await rig.post(body, headers) == (200, {"status": "accepted"})
+        assert rig.agents["a"].jwks_hits == 2
+
+
+# ---- 2. JWKS discovery: retried when the agent was down; any card shape; a size cap ------
+
+
+async def test_jwks_discovery_is_retried_when_the_agent_was_down_at_start(
+    tmp_path: Path,
+) -> None:
+    agent = Agent()
+    port = _free_port()
+    agent.base = f"http://127.0.0.1:{port}"
+    settings = settings_for(tmp_path, {"url": agent.url})  # no jwks_url: from the card
+    async with receiver_server(settings) as receiver:
+        jwks = receiver._verifiers[agent.url].jwks
+        assert jwks is not None
+        await jwks.locate()  # the start-up attempt: the agent is not up yet
+        assert not jwks.located
+        async with agent_server(agent, port), aiohttp.ClientSession() as session:
+            sub = await stored_subscription(receiver, agent.url, "t1")
+            body = status_update("t1")
+            headers = signed_headers(agent, settings, body, sub.id, "t1")
+            async with session.post(settings.webhook_url, data=body, headers=headers) as resp:
+                # The default URL has no keys; the card is asked again with the next fetch.
+                assert resp.status == 503
+                retry_after = int(resp.headers["Retry-After"])
+            await asyncio.sleep(retry_after + 0.1)
+            async with session.post(settings.webhook_url, data=body, headers=headers) as resp:
+                assert (resp.status, await resp.json()) == (200, {"status": "accepted"})
+        assert jwks.located and jwks.url == agent.base + "/keys"
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        [],
+        [{"capabilities": {}}],
+        "a string",
+        None,
+        {"capabilities": []},
+        {"capabilities": "yes"},
+        {"capabilities": {"extensions": {"uri": PUSH_SIGNING_EXTENSION_URI}}},
+        {"capabilities": {"extensions": [{"uri": PUSH_SIGNING_EXTENSION_URI, "params": []}]}},
+        {"capabilities": {"extensions": [{"uri": PUSH_SIGNING_EXTENSION_URI, "params": "x"}]}},
+        {"capabilities": {"extensions": [{"uri": PUSH_SIGNING_EXTENSION_URI}]}},
+        {"capabilities": {"extensions": [1, "x", None]}},
+        {
+            "capabilities": {
+                "extensions": [
+                    {"uri": PUSH_SIGNING_EXTENSION_URI, "params": {"jwksUri": "file:///etc/passwd"}}
+                ]
+            }
+        },
+    ],
+)
+def test_odd_agent_cards_name_no_jwks_url(card: Any) -> None:
+    assert card_jwks_uri(card) is None
+
+
+def test_the_push_signing_extension_names_the_jwks_url() -> None:
+    ext = {"uri": PUSH_SIGNING_EXTENSION_URI, "params": {"jwksUri": "https://a.test/k"}}
+    assert card_jwks_uri({"capabilities": {"extensions": [{"uri": "x"}, ext]}}) == (
+        "https://a.test/k"
+    )
+
+
+@pytest.mark.parametrize("card", [[{"capabilities": {}}], {"capabilities": ["extensions"]}])
+async def test_an_odd_card_keeps_the_default_jwks_url_without_crashing(
+    tmp_path: Path, card: Any
+) -> None:
+    async with agent_server(Agent(card=card)) as agent:
+        receiver = Receiver(settings_for(tmp_path, {"url": agent.url}))
+        async with receiver:
+            jwks = receiver._verifiers[agent.url].jwks
+            assert jwks is not None
+            await jwks.locate()
+            # The agent answered: discovery is done, with the default URL.
+            assert jwks.located and jwks.url == agent.base + "/.well-known/jwks.json"
+
+
+async def test_an_oversized_agent_card_is_not_read_and_is_asked_again_later(
+    tmp_path: Path,
+) -> None:
+    huge = json.dumps({"name": "x" * MAX_JWKS_BYTES}).encode()
+    async with agent_server(Agent(card_raw=huge)) as agent:
+        receiver = Receiver(settings_for(tmp_path, {"url": agent.url}))
+        async with receiver:
+            jwks = receiver._verifiers[agent.url].jwks
+            assert jwks is not None
+            await jwks.locate()
+            assert not jwks.located and jwks.url == agent.base + "/.well-known/jwks.json"
+            with pytest.raises(ValueError, match="over"):
+                await receiver._card_jwks(receiver.settings.agents[0])
+
+
+# ---- 3, 4. client API ids follow the webhook rule; Last-Event-ID fits int64 --------------
+
+
+def _base(rig: WebhookRig) -> str:
+    return rig.webhook_url.rsplit("/webhooks/", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "task_id_json",
+    ['"\\ud800"', '"a\\u0000b"', '"tab\\there"', '""', '"' + "t" * 257 + '"', "5", "null"],
+)
+async def test_subscribing_to_a_task_id_no_webhook_could_name_is_400(
+    tmp_path: Path, task_id_json: str
+) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        raw = f'{{"agentUrl": "{rig.agents["a"].url}", "taskId": {task_id_json}}}'
+        headers = {**AUTH, "Content-Type": "application/json"}
+        async with rig.session.post(_base(rig) + "/subscriptions", data=raw, headers=headers) as r:
+            assert r.status == 400 and r.content_type == "application/json"
+            answer = await r.json()
+        assert answer["error"] == "invalid" and "taskId" in answer["message"]
+        assert await rig.receiver.store.list_subscriptions("alice") == []
+
+
+async def test_a_256_character_task_id_passes_both_the_api_and_the_webhook(
+    tmp_path: Path,
+) -> None:
+    task_id = "t" * 256
+    async with webhook_rig(tmp_path) as rig:
+        body = {"agentUrl": rig.agents["a"].url, "taskId": task_id}
+        async with rig.session.post(_base(rig) + "/subscriptions", json=body, headers=AUTH) as r:
+            # Valid: it reached the agent (whose fake refuses the method).
+            assert (r.status, (await r.json())["error"]) == (502, "agent_error")
+        sub, _ = await rig.subscribe("a", task_id)
+        webhook = status_update(task_id)
+        assert await rig.post(webhook, rig.signed("a", webhook, sub)) == (
+            200,
+            {"status": "accepted"},
+        )
+
+
+@pytest.mark.parametrize(
+    "path", ["/tasks?contextId=a%00b", "/tasks?contextId=", "/tasks/a%00b", "/tasks/" + "t" * 257]
+)
+async def test_task_queries_with_invalid_ids_are_400(tmp_path: Path, path: str) -> None:
+    async with (
+        webhook_rig(tmp_path) as rig,
+        rig.session.get(_base(rig) + path, headers=AUTH) as r,
+    ):
+        assert r.status == 400 and r.content_type == "application/json"
+        assert (await r.json())["error"] == "invalid"
+
+
+@pytest.mark.parametrize("last", ["9999999999999999999", str(2**63)])
+async def test_a_last_event_id_past_int64_is_400_before_the_stream_starts(
+    tmp_path: Path, last: str
+) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        for headers, query in (({"Last-Event-ID": last}, ""), ({}, f"?lastEventId={last}")):
+            async with rig.session.get(
+                _base(rig) + "/events" + query, headers={**AUTH, **headers}
+            ) as r:
+                assert r.status == 400 and r.content_type == "application/json"
+                assert "Last-Event-ID" in (await r.json())["message"]
+
+
+async def test_the_largest_int64_last_event_id_streams(tmp_path: Path) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        headers = {**AUTH, "Last-Event-ID": str(2**63 - 1)}
+        async with rig.session.get(_base(rig) + "/events", headers=headers) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            assert (await asyncio.wait_for(r.content.readline(), 5)) == b"retry: 2000\n"
+
+
+# ---- 5. concurrent duplicate subscriptions -------------------------------------------------
+
+
+async def _subscribe(
+    session: aiohttp.ClientSession, settings: ReceiverSettings, agent: Agent
+) -> tuple[int, Any]:
+    body = {"agentUrl": agent.url, "taskId": "t1"}
+    async with session.post(settings.base_url + "/subscriptions", json=body, headers=AUTH) as r:
+        return r.status, await r.json()
+
+
+async def test_a_duplicate_during_a_failing_create_gets_the_same_error_not_the_row(
+    tmp_path: Path,
+) -> None:
+    agent = Agent(create_delay=0.4, create_error={"code": -32602, "message": "bad params"})
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
+            first = asyncio.create_task(_subscribe(session, settings, agent))
+            await asyncio.sleep(0.1)  # the first is waiting for the agent
+            second = await _subscribe(session, settings, agent)
+            assert second[0] == 502 and second[1]["error"] == "agent_error"
+            assert await first == second
+            assert agent.creates == 1
+            assert await receiver.store.list_subscriptions("alice") == []
+
+
+async def test_a_duplicate_during_a_successful_create_gets_the_confirmed_subscription(
+    tmp_path: Path,
+) -> None:
+    agent = Agent(create_delay=0.4)
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings), aiohttp.ClientSession() as session:
+            first = asyncio.create_task(_subscribe(session, settings, agent))
+            await asyncio.sleep(0.1)
+            second = await _subscribe(session, settings, agent)
+            status, created = await first
+            assert (status, second[0]) == (201, 200)
+            assert second[1]["id"] == created["id"] and second[1]["state"] == "active"
+            assert agent.creates == 1
+            # Asked again later: the same one, at once.
+            assert await _subscribe(session, settings, agent) == (200, second[1])
+
+
+async def test_a_young_subscription_from_another_process_is_409_until_it_can_be_trusted(
+    tmp_path: Path,
+) -> None:
+    agent = Agent()
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
+            # Another worker has just stored its row and is still asking the agent.
+            young = Subscription(
+                id="sub_other_process",
+                client_id="alice",
+                agent_url=agent.url,
+                task_id="t1",
+                token_digest=token_digest("other"),
+                state=SubscriptionState.ACTIVE,
+                created_at=time.time(),
+            )
+            await receiver.store.add_subscription(young)
+            body = {"agentUrl": agent.url, "taskId": "t1"}
+            async with session.post(
+                settings.base_url + "/subscriptions", json=body, headers=AUTH
+            ) as r:
+                assert r.status == 409 and r.headers["Retry-After"] == "2"
+                assert (await r.json())["error"] == "subscription_pending"
+            assert agent.creates == 0
+            # Past the time an agent call can take, the row is what the other worker left.
+            await receiver.store.remove_subscription(young.id)
+            old = await stored_subscription(receiver, agent.url, "t1")
+            assert await _subscribe(session, settings, agent) == (200, old.to_json())
+
+
+# ---- 6. dedup keys outlive the sender's retries; 7. the purge drops old history ----------
+
+
+async def test_retries_hours_later_are_still_duplicates(tmp_path: Path) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        sub_a, _ = await rig.subscribe("a", "task-1")
+        _, token = await rig.subscribe("t", "task-2")
+        body_a, body_t = status_update("task-1"), status_update("task-2")
+        wid = "msg_stable_delivery_id"
+
+        def jwt_headers() -> dict[str, str]:  # each attempt: the same id, a fresh JWT
+            return {
+                HEADER_WEBHOOK_ID: wid,
+                HEADER_WEBHOOK_TIMESTAMP: str(int(time.time())),
+                HEADER_SIGNATURE: rig.jwt("a", body_a, sub_a, webhook_id=wid),
+            }
+
+        token_headers = {HEADER_NOTIFICATION_TOKEN: token}  # token-only: the body hash
+        assert (await rig.post(body_a, jwt_headers()))[1] == {"status": "accepted"}
+        assert (await rig.post(body_t, token_headers))[1] == {"status": "accepted"}
+        assert rig.receiver.fetcher is not None
+        await rig.receiver.fetcher.idle()
+        # The maintenance purge as it runs 2 h and 27 h later (the sender retries ~28 h).
+        for hours in (2, 27):
+            await rig.receiver.purge(now=time.time() + hours * 3600)
+            assert await rig.post(body_a, jwt_headers()) == (200, {"status": "duplicate"})
+            assert await rig.post(body_t, token_headers) == (200, {"status": "duplicate"})
+        assert rig.stored()[1] == 2
+        await rig.receiver.purge(now=time.time() + 49 * 3600)
+        assert rig.stored()[1] == 0
+
+
+async def test_how_long_dedup_keys_are_kept_is_a_setting(tmp_path: Path) -> None:
+    settings = load_settings(environ={"A2A_RECEIVER_DEDUP_RETENTION_HOURS": "72"})
+    assert settings.dedup_retention_hours == 72
+    assert load_settings(environ={}).dedup_retention_hours == 48
+    async with webhook_rig(tmp_path) as rig:
+        rig.receiver.settings = rig.receiver.settings.model_copy(
+            update={"dedup_retention_hours": 1.0}
+        )
+        _, token = await rig.subscribe("t", "task-1")
+        body = status_update("task-1")
+        assert (await rig.post(body, {HEADER_NOTIFICATION_TOKEN: token}))[0] == 200
+        await rig.receiver.purge(now=time.time() + 1800)
+        assert rig.stored()[1] == 1
+        await rig.receiver.purge(now=time.time() + 3700)
+        assert rig.stored()[1] == 0
+
+
+async def test_the_maintenance_purge_drops_deleted_subscriptions_and_old_events(
+    tmp_path: Path,
+) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        kept, token = await rig.subscribe("t", "task-1")
+        gone, gone_token = await rig.subscribe("t", "task-2")
+        for task_id, tok in (("task-1", token), ("task-2", gone_token)):
+            assert (await rig.post(status_update(task_id), {HEADER_NOTIFICATION_TOKEN: tok}))[
+                0
+            ] == 200
+        assert rig.receiver.fetcher is not None
+        await rig.receiver.fetcher.idle()
+        await rig.unsubscribe(gone)
+        store = rig.receiver.store
+        # A week and a day later: task-2's subscription, task row and events are history;
+        # task-1 (still subscribed) keeps its snapshot and its newest event.
+        await rig.receiver.purge(now=time.time() + 8 * 86400)
+        assert await store.get_subscription(gone.id) is None
+        assert await store.get_snapshot(kept.agent_url, "task-2") is None
+        assert await store.get_snapshot(kept.agent_url, "task-1") is not None
+        events = await store.events_for_client("alice", after=0)
+        assert [e.task_id for e in events] == ["task-1"]
+        assert rig.stored() == (0, 0)
