@@ -1043,7 +1043,9 @@ def create_app(
     if (gateway_url is None) != (gateway_key is None):
         raise ValueError("gateway mode needs both the gateway URL and the agent's API key")
     gateway = GatewayLink(gateway_url, gateway_key) if gateway_url and gateway_key else None
-    policy = AddressPolicy(list(allow_webhook_hosts))
+    policy = AddressPolicy(
+        list(allow_webhook_hosts), allowlist_name="the mock agent's --allow-webhook-host"
+    )
     tuning: dict[str, Any] = {}
     if retry_schedule is not None:
         schedule = tuple(retry_schedule)

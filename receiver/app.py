@@ -552,7 +552,12 @@ class Receiver:
             issuer = verified.claims.get("iss") if verified.claims is not None else None
             if verified.claims is not None and issuer not in agent.issuers:
                 raise WebhookRejected(
-                    401, "bad_issuer", "the JWT issuer is not the agent this token belongs to"
+                    401,
+                    "bad_issuer",
+                    f"the JWT issuer {str(issuer)[:200]!r} is not the one configured for the "
+                    f"agent this token belongs to ({', '.join(agent.issuers)}); for an agent "
+                    "whose webhooks a gateway sends, set the agent's issuer to the gateway's "
+                    "public URL",
                 )
             if len(candidates) == 1 or verified.claims is None:
                 return agent, verified

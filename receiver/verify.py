@@ -99,6 +99,12 @@ def _unauthorized(reason: str, message: str) -> WebhookRejected:
     return WebhookRejected(401, reason, message)
 
 
+_ISSUER_HINT: Final = (
+    " (for an agent whose webhooks a gateway sends, set the agent's issuer to the "
+    "gateway's public URL)"
+)
+
+
 def is_valid_id(value: object) -> bool:
     """Whether ``value`` may name a task, context or webhook: 1 to 256 printable
     characters (no NUL or other control characters, no lone surrogates)."""
@@ -543,7 +549,8 @@ class WebhookVerifier:
                 now=int(current),
             )
         except JWTVerificationError as exc:
-            raise _unauthorized(exc.reason, f"the JWT was refused: {exc}") from exc
+            hint = _ISSUER_HINT if exc.reason == "bad_issuer" else ""
+            raise _unauthorized(exc.reason, f"the JWT was refused: {exc}{hint}") from exc
         iat = float(claims["iat"])
         if abs(current - iat) > policy.freshness_seconds:
             raise _unauthorized("stale", "the JWT iat is outside the freshness window")

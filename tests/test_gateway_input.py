@@ -289,3 +289,26 @@ async def test_config_methods_answer_503_while_the_store_is_unavailable(tmp_path
             assert "/secret" not in await resp.text()
         code, body = await _post_event(session, url, "t", TaskState.WORKING)
         assert code == 503 and "/secret" not in json.dumps(body)
+
+
+async def test_ssrf_refusals_name_the_gateway_setting(tmp_path: Path) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"), allow_webhook_hosts=[])
+    async with running_gateway(settings) as (url, _gw), aiohttp.ClientSession() as session:
+        answer = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t", "url": "http://127.0.0.1:9/hook"},
+        )
+        message = answer["error"]["message"]
+        assert "--allow-webhook-host" in message and "allow_loopback" not in message
+
+
+def test_settings_that_let_a_claim_outlive_its_lease_are_refused() -> None:
+    agents = [{"id": "a", "api_key": AGENT_KEY}]
+    with pytest.raises(GatewaySettingsError, match="lease_seconds"):
+        load_gateway_settings(environ={}, overrides={"agents": agents, "request_timeout": 30})
+    ok = load_gateway_settings(
+        environ={}, overrides={"agents": agents, "request_timeout": 30, "lease_seconds": 200}
+    )
+    assert ok.lease_seconds == 200

@@ -204,7 +204,9 @@ async def test_jwt_with_a_wrong_issuer_is_refused_even_with_a_valid_token(
         **_with_jwt(rig.jwt("b", body, sub, issuer="http://evil.test")),
         HEADER_NOTIFICATION_TOKEN: token,
     }
-    await _refused(rig, body, headers, 401, "bad_issuer")
+    answer = await _refused(rig, body, headers, 401, "bad_issuer")
+    # The operator learns which issuer came, and what to set when a gateway sends.
+    assert "http://evil.test" in answer["message"] and "gateway" in answer["message"]
 
 
 async def test_jwt_for_another_audience_is_refused(rig: WebhookRig) -> None:

@@ -209,11 +209,13 @@ class AddressPolicy:
     (exact and case-insensitive; ``*.example.com`` matches subdomains). A cloud metadata
     address is admitted only by an entry naming that exact address, never by a broader
     CIDR or a host name. ``allow_loopback`` admits 127.0.0.0/8 and ::1 (for local
-    testing and demos).
+    testing and demos). ``allowlist_name``: how refusals name the allowlist to the
+    person who can extend it (a service names its setting and flag instead).
     """
 
     __slots__ = (
         "_allow_loopback",
+        "_allowlist_name",
         "_entries",
         "_exact_hosts",
         "_exact_ips",
@@ -221,7 +223,13 @@ class AddressPolicy:
         "_wildcard_suffixes",
     )
 
-    def __init__(self, allow: Iterable[str] = (), *, allow_loopback: bool = False) -> None:
+    def __init__(
+        self,
+        allow: Iterable[str] = (),
+        *,
+        allow_loopback: bool = False,
+        allowlist_name: str | None = None,
+    ) -> None:
         if isinstance(allow, str):
             raise ValueError(
                 f"allow must be a list of entries, not the single string {allow!r}; "
@@ -244,6 +252,7 @@ class AddressPolicy:
             else:
                 exact_hosts.add(parsed)
         self._allow_loopback = allow_loopback
+        self._allowlist_name = allowlist_name
         self._entries = tuple(entries)
         self._networks = tuple(networks)
         self._exact_ips = frozenset(exact_ips)
@@ -422,14 +431,16 @@ class AddressPolicy:
             subject = f"{refusal.address} is {_a(refusal.category)} address"
         else:
             subject = f"host {host!r} resolves to {refusal.address}, {_a(refusal.category)} address"
+        allowlist = self._allowlist_name or "the SSRF allowlist (AddressPolicy allow=[...])"
         if refusal.category == _METADATA:
-            hint = "add that exact address to the SSRF allowlist (AddressPolicy allow=[...])"
+            hint = f"add that exact address to {allowlist}"
         else:
-            hint = (
-                "add the address, a CIDR covering it, or the host name to the SSRF allowlist "
-                "(AddressPolicy allow=[...])"
-            )
-            if refusal.category == _LOOPBACK and not self._allow_loopback:
+            hint = f"add the address, a CIDR covering it, or the host name to {allowlist}"
+            if (
+                refusal.category == _LOOPBACK
+                and not self._allow_loopback
+                and self._allowlist_name is None
+            ):
                 hint += ", or enable loopback (allow_loopback=True) for local testing"
         return f"{subject}, which the SSRF policy refuses; to allow it, {hint}"
 

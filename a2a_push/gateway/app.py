@@ -76,7 +76,10 @@ class Gateway:
             store,
             issuer=settings.base_url,
             keyset=self._keyset,
-            address_policy=AddressPolicy(list(settings.allow_webhook_hosts)),
+            address_policy=AddressPolicy(
+                list(settings.allow_webhook_hosts),
+                allowlist_name="the gateway's allow_webhook_hosts (--allow-webhook-host)",
+            ),
             timeouts=Timeouts(
                 connect=min(5.0, settings.request_timeout), total=settings.request_timeout
             ),

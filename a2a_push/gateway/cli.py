@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     )
     where = "PostgreSQL" if settings.is_postgres else settings.database_url
     print(
-        f"gateway: {settings.base_url}/ on {where}; "
-        f"JWKS at {settings.base_url}/.well-known/jwks.json",
+        f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
+        f"on {where}; JWKS at {settings.base_url}/.well-known/jwks.json",
         flush=True,
     )
     web.run_app(

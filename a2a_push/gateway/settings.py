@@ -7,8 +7,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.settings_files import (
     SettingsError,
     check_api_key,
@@ -60,6 +69,23 @@ class GatewaySettings(_Model):
     )
     request_timeout: float = Field(default=15.0, gt=0, description="per webhook request")
     quick_attempts: int = Field(default=3, ge=1, description="in-process tries before rescheduling")
+
+    @model_validator(mode="after")
+    def _claims_end_before_their_lease(self) -> GatewaySettings:
+        # As the notifier checks (a claim outliving its lease could be sent twice), but
+        # in the gateway's own terms.
+        quick_pause = RetryPolicy().quick_retry_after_max
+        longest = self.quick_attempts * (self.request_timeout + quick_pause)
+        longest += self.lease_seconds / 4  # the longest wait for an endpoint slot
+        if self.lease_seconds <= longest:
+            raise ValueError(
+                f"lease_seconds ({self.lease_seconds:g}) must be longer than one claim can "
+                f"take: quick_attempts x (request_timeout + {quick_pause:g}) + "
+                f"lease_seconds / 4 = {longest:g} s; raise lease_seconds (to more than "
+                f"{4 / 3 * self.quick_attempts * (self.request_timeout + quick_pause):g}) "
+                "or lower request_timeout or quick_attempts"
+            )
+        return self
 
     @field_validator("agents")
     @classmethod
