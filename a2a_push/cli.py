@@ -79,12 +79,14 @@ _LAST_WIDTH = 48
 
 _EPILOG = f"""\
 environment variables (a flag given on the command line wins):
-  {ENV_DATABASE}         the outbox database for `deliveries` (--database)
+  {ENV_DATABASE}         the outbox database for `deliveries` and `configs` (--database)
   {ENV_ENCRYPTION_KEYS}  comma-separated Fernet keys of an encrypted database
                             (--encryption-key)
   {ENV_KEYS_DIR}         the signing key directory for `keys` and `send-test` (--dir,
                             --keys-dir)
   {ENV_ISSUER}           the JWT issuer for `send-test` (--issuer)
+  A2A_PUSH_GATEWAY_KEY      the agent's gateway API key for `mock-agent` (--gateway-key)
+  A2A_GATEWAY_ADMIN_KEY     a gateway admin key for `endpoints` (--admin-key)
 
 exit status: 0 success, 1 failure, 2 usage error.
 Tokens, credentials and encryption keys are never printed.
@@ -352,16 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
         "configs",
         "disable or enable a push config (its deliveries stop or resume)",
         description="Disable or enable a push config in a notifier or gateway database, by "
-        "its key (the configKey that `deliveries list --json` shows).",
+        "its key (the config_key that `deliveries list --json` shows; configKey in the "
+        "gateway's admin API).",
     )
     configs_commands = configs.add_subparsers(title="commands", metavar="COMMAND")
     for action in ("disable", "enable"):
         sub = command(configs_commands, action, f"{action} a config's deliveries")
-        sub.add_argument("key", metavar="KEY", help="the config's key")
+        sub.add_argument(
+            "key", metavar="KEY", help="the config's key (config_key in `deliveries list --json`)"
+        )
         sub.add_argument(
             "--database",
             default=env.get(ENV_DATABASE),
-            help=f"the notifier or gateway database (default: ${ENV_DATABASE})",
+            help="the notifier's or gateway's database: a SQLite file path, sqlite:///path or "
+            f"postgresql://… (default: ${ENV_DATABASE})",
         )
         sub.set_defaults(handler=_cmd_configs_toggle, enable=action == "enable")
 
@@ -380,8 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--database",
             default=env.get(ENV_DATABASE),
             metavar="DB",
-            help="the notifier's database: a SQLite file path or sqlite:///path "
-            f"(default: ${ENV_DATABASE})",
+            help="the notifier's or gateway's database: a SQLite file path, sqlite:///path "
+            f"or postgresql://… (default: ${ENV_DATABASE})",
         )
         sub.add_argument(
             "--encryption-key",

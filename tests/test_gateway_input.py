@@ -222,6 +222,8 @@ def test_cli_refuses_a_bad_database_and_never_echoes_an_agent_key(
     assert cli_main(["gateway", "--agent-key", f"booking={secret}"]) == 2
     err = capsys.readouterr().err
     assert "--agent-key" in err and secret not in err
+    assert cli_main(["gateway", "--log-level", "bogus", "--agent-key", f"a:{AGENT_KEY}"]) == 2
+    assert "--log-level" in capsys.readouterr().err
 
 
 def test_rotating_keys_in_a_missing_gateway_database_creates_nothing(

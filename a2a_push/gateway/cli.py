@@ -50,12 +50,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST_OR_CIDR",
         help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
     )
-    parser.add_argument("--log-level", default="INFO", help="default: INFO")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=_log_level,
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default: INFO)",
+    )
     parser.add_argument(
         "--access-log",
         action="store_true",
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().upper()
+    if level not in _LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r}: use one of {', '.join(_LOG_LEVELS)}")
+    return level
 
 
 def _settings(args: argparse.Namespace) -> Any:
