@@ -837,7 +837,30 @@ def _open_store(args: argparse.Namespace) -> Store:
             f"database {store.path} does not exist; pass the file your notifier or "
             f"gateway uses (--database or {ENV_DATABASE})"
         )
+    if isinstance(store, SQLiteStore) and not _is_outbox_file(store.path):
+        # Opening migrates: it would add our tables to another application's file.
+        raise CLIError(
+            f"{store.path} is not an a2a-push outbox (no deliveries table); pass the file "
+            f"your notifier or gateway uses (--database or {ENV_DATABASE})"
+        )
     return store
+
+
+def _is_outbox_file(path: Path) -> bool:
+    """Whether ``path`` is an SQLite file holding an a2a-push outbox (read-only look)."""
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.Error:  # not a database at all, or locked in a way reads cannot pass
+        return False
+    finally:
+        conn.close()
+    return {"configs", "deliveries", "lanes"} <= tables
 
 
 def _run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> int:

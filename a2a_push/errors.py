@@ -51,3 +51,8 @@ class StoreUnavailableError(A2APushError):
 
     Transient: the store reconnects by itself, so the same call may succeed later.
     """
+
+
+class CorruptRowError(A2APushError):
+    """A stored row cannot be read (written by another tool, or damaged); the message
+    names it. Claims never raise it: such a delivery is dead-lettered with the reason."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -118,7 +119,16 @@ class PushNotifier:
         self.address_policy = address_policy or AddressPolicy()
         self.metrics = metrics or Metrics()
         dispatcher = dispatcher or DispatcherOptions()
-        _check_lease(dispatcher, retry or RetryPolicy(), timeouts or Timeouts())
+        if transport is not None and timeouts is not None and transport.timeouts != timeouts:
+            raise ValueError(
+                "timeouts= and transport= disagree: give the timeouts to the Transport only"
+            )
+        # The timeouts in effect are the transport's when one is given.
+        _check_lease(
+            dispatcher,
+            retry or RetryPolicy(),
+            transport.timeouts if transport is not None else timeouts or Timeouts(),
+        )
         # The connection pool must fit the dispatcher's caps: a request waiting for a
         # pooled connection spends its total timeout waiting.
         self.transport = transport or Transport(
@@ -259,7 +269,8 @@ class PushNotifier:
         ``task``: the task's current snapshot, used for configs registered through v0.3
         (whose webhooks carry the whole task). A task with no configs costs one lookup.
         ``idempotency_key``: a publish repeated with the same key (within
-        ``Retention.idempotency_keys``) queues nothing and returns the first result.
+        ``Retention.idempotency_keys``) for the same task queues nothing and returns the
+        first result (keys are scoped to the task: another task may use the same key).
         """
         if isinstance(event, StreamResponse):
             inner = event.event
@@ -276,7 +287,10 @@ class PushNotifier:
             kind,
             self._renderer(event, task),
             new_id=new_delivery_id,
-            idempotency_key=idempotency_key,
+            # Scoped to the task: the same key for another task is another event.
+            idempotency_key=None
+            if idempotency_key is None
+            else _task_scoped_key(task_id, idempotency_key),
         )
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         self.metrics.events_published.labels(kind).inc()
@@ -424,6 +438,13 @@ class PushNotifier:
                 counts[state.value] += 1
         for state_name, n in counts.items():
             m.breakers.labels(state_name).set(n)
+
+
+def _task_scoped_key(task_id: str, key: str) -> str:
+    """The outbox's idempotency key for ``key`` on ``task_id``: a hash of an unambiguous
+    encoding of both (any text; fixed length in the database)."""
+    scope = json.dumps([task_id, key], ensure_ascii=True)
+    return "k1:" + hashlib.sha256(scope.encode("ascii")).hexdigest()
 
 
 def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeouts) -> None:

@@ -118,7 +118,11 @@ class MemoryStore(Store):
         if config is None:
             return False
         self._configs[key] = replace(
-            config, enabled=enabled, disabled_reason=None if enabled else reason
+            config,
+            enabled=enabled,
+            disabled_reason=None if enabled else reason,
+            # Enabling starts the failure clock afresh.
+            failing_since=None if enabled else config.failing_since,
         )
         if not enabled:
             self._dead_letter_config(key, f"config disabled: {reason or 'no reason given'}", None)

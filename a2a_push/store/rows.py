@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SecretDecryptionError
+from ..errors import CorruptRowError, SecretDecryptionError
 from .base import Delivery, DeliveryState, StoredConfig
 from .secrets import SecretBox
 
@@ -40,13 +40,24 @@ class RowMapping:
     def _delivery_from_row(
         row: Any, config: StoredConfig | None = None, config_error: str | None = None
     ) -> Delivery:
+        try:
+            return RowMapping._delivery_fields(row, config, config_error)
+        except (TypeError, ValueError) as exc:
+            raise CorruptRowError(
+                f"delivery {str(row['id'])[:100]!r} cannot be read from the database: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _delivery_fields(
+        row: Any, config: StoredConfig | None, config_error: str | None
+    ) -> Delivery:
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
             task_id=row["task_id"],
             seq=row["seq"],
             kind=row["kind"],
-            body=bytes(row["body"]),
+            body=_body(row["body"]),
             state=DeliveryState(row["state"]),
             attempts=row["attempts"],
             rounds=row["rounds"],
@@ -60,11 +71,44 @@ class RowMapping:
         )
 
     def _claimed_from_row(self, row: Any) -> Delivery:
-        """A delivery row joined with its config (``c_`` columns), as claims return it."""
+        """A delivery row joined with its config (``c_`` columns), as claims return it.
+
+        Never raises for a corrupt row (one written by another tool, say): the delivery
+        comes back without a config and with the reason in ``config_error``, so the
+        dispatcher dead-letters it and every other lane goes on."""
         config, config_error = None, None
         if row["c_key"] is not None:
             try:
                 config = self._config_from_row(row, prefix="c_")
             except SecretDecryptionError as exc:
                 config_error = str(exc)
-        return self._delivery_from_row(row, config, config_error)
+            except Exception as exc:
+                config_error = f"the stored config is corrupt ({type(exc).__name__}: {exc})"
+        try:
+            return self._delivery_from_row(row, config, config_error)
+        except Exception as exc:
+            return Delivery(
+                id=str(row["id"]),
+                config_key=str(row["config_key"]),
+                task_id=str(row["task_id"]),
+                seq=row["seq"] if isinstance(row["seq"], int) else 0,
+                kind=str(row["kind"]),
+                body=b"",
+                state=DeliveryState.PENDING,
+                attempts=row["attempts"] if isinstance(row["attempts"], int) else 0,
+                next_attempt_at=0.0,
+                created_at=0.0,
+                updated_at=0.0,
+                config=None,
+                config_error=f"the stored delivery is corrupt ({type(exc).__name__}: {exc})",
+            )
+
+
+def _body(value: Any) -> bytes:
+    """A stored body: bytes (a BLOB, or text another tool wrote, as UTF-8); never the
+    zero-filled buffer ``bytes(int)`` would make of a number."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    raise TypeError(f"the body is {type(value).__name__}, not bytes")

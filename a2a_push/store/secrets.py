@@ -66,6 +66,8 @@ class SecretBox:
         return opened
 
     def _open(self, sealed: str) -> tuple[str | None, str | None]:
+        if not isinstance(sealed, str):  # a row another tool wrote: never a crash
+            raise SecretDecryptionError("config secrets are corrupt (not text)")
         if sealed.startswith(_FERNET):
             if self._fernet is None:
                 raise SecretDecryptionError(

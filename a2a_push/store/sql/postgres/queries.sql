@@ -83,7 +83,11 @@ SELECT * FROM configs WHERE task_id = $1 AND enabled;
 DELETE FROM configs WHERE key = $1;
 
 -- name: set_config_enabled
-UPDATE configs SET enabled = $1, disabled_reason = $2 WHERE key = $3;
+-- Enabling starts the failure clock afresh (failing_since = NULL): an old clock would
+-- disable the config again at its first failed attempt.
+UPDATE configs SET enabled = $1, disabled_reason = $2,
+                   failing_since = CASE WHEN $1 THEN NULL ELSE failing_since END
+WHERE key = $3;
 
 -- name: set_config_failing_since
 UPDATE configs SET failing_since = $1 WHERE key = $2 AND failing_since IS NULL;

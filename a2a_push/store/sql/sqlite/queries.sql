@@ -41,7 +41,11 @@ SELECT task_id FROM configs WHERE key = ?;
 DELETE FROM configs WHERE key = ?;
 
 -- name: set_config_enabled
-UPDATE configs SET enabled = ?, disabled_reason = ? WHERE key = ?;
+-- Enabling starts the failure clock afresh (failing_since = NULL): an old clock would
+-- disable the config again at its first failed attempt.
+UPDATE configs SET enabled = ?1, disabled_reason = ?2,
+                   failing_since = CASE WHEN ?1 THEN NULL ELSE failing_since END
+WHERE key = ?3;
 
 -- name: set_config_failing_since
 UPDATE configs SET failing_since = ? WHERE key = ? AND failing_since IS NULL;

@@ -1,0 +1,289 @@
+"""The outbox under abuse, on every backend where it applies: rows another tool
+corrupted, a config re-enabled after an auto-disable, the same idempotency key on two
+tasks, a transport whose timeouts outlast the lease, backlogged endpoints filling a
+claim window, and CLI commands pointed at the wrong file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from a2a_push.cli import main as cli_main
+from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Timeouts, Transport
+from a2a_push.ids import new_delivery_id
+from a2a_push.notifier import PushNotifier
+from a2a_push.protocol.types import (
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a_push.store import Outcome, Store, StoredConfig
+from a2a_push.store.sqlite import SQLiteStore
+from a2a_push.testing import WebhookSink
+
+from .conftest import make_store
+
+ISSUER = "http://agent.test"
+LOOPBACK = AddressPolicy(allow_loopback=True)
+
+
+def status(task_id: str) -> TaskStatusUpdateEvent:
+    return TaskStatusUpdateEvent(
+        task_id=task_id, context_id="c", status=TaskStatus(state=TaskState.WORKING)
+    )
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[WebhookSink]:
+    async with WebhookSink() as s:
+        yield s
+
+
+async def _until_dead(db: Path, delivery_id: str) -> None:
+    """Read with SQL: the row stays corrupt, so the store would refuse to read it."""
+    for _ in range(200):
+        conn = sqlite3.connect(db)
+        try:
+            state, error = conn.execute(
+                "SELECT state, last_error FROM deliveries WHERE id = ?", (delivery_id,)
+            ).fetchone()
+        finally:
+            conn.close()
+        if state == "dead":
+            assert "corrupt" in error, error
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{delivery_id} was not dead-lettered")
+
+
+async def test_corrupt_rows_are_dead_lettered_and_other_lanes_go_on(
+    tmp_path: Path, sink: WebhookSink
+) -> None:
+    db = tmp_path / "push.db"
+    notifier = PushNotifier(SQLiteStore(db), issuer=ISSUER, address_policy=LOOPBACK)
+    async with notifier:
+        await notifier.dispatcher.stop()  # queue first, then corrupt, then send
+        for task in ("bad-secrets", "bad-body", "good"):
+            await notifier.register_config(
+                TaskPushNotificationConfig(url=sink.url(f"/{task}"), token="tok"),
+                owner="o",
+                task_id=task,
+            )
+        ids = {
+            task: (await notifier.publish(task, status(task))).delivery_ids[0]
+            for task in ("bad-secrets", "bad-body", "good")
+        }
+        # What another tool (or a bad hand edit) might leave behind.
+        conn = sqlite3.connect(db)
+        with conn:
+            conn.execute(
+                "UPDATE configs SET secrets = CAST(secrets AS BLOB) WHERE task_id = 'bad-secrets'"
+            )
+            conn.execute("UPDATE deliveries SET body = 12345 WHERE task_id = 'bad-body'")
+        conn.close()
+        notifier.dispatcher.start()
+        await sink.wait_for(1, path="/good")
+        for task in ("bad-secrets", "bad-body"):
+            await _until_dead(db, ids[task])
+    assert sink.on("/bad-secrets") == [] and sink.on("/bad-body") == []
+
+
+def test_the_cli_names_a_corrupt_row_instead_of_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "push.db"
+
+    async def fill() -> None:
+        async with SQLiteStore(db) as store:
+            await store.put_config(
+                StoredConfig(
+                    key="k", id="c", task_id="t", owner="o", url="http://h/", created_at=1.0
+                )
+            )
+            await store.enqueue("t", "statusUpdate", lambda v: b"{}", new_id=new_delivery_id)
+
+    asyncio.run(fill())
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE deliveries SET state = 'weird'")
+    conn.close()
+    assert cli_main(["deliveries", "list", "--database", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be read" in err and "Traceback" not in err
+
+
+def test_read_only_cli_commands_refuse_a_file_that_is_not_an_outbox(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other-app.db"
+    conn = sqlite3.connect(other)
+    with conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    conn.close()
+    before = other.read_bytes()
+    assert cli_main(["deliveries", "list", "--database", str(other)]) != 0
+    assert "not an a2a-push outbox" in capsys.readouterr().err
+    assert other.read_bytes() == before  # not migrated, not switched to WAL
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_enabling_a_config_starts_its_failure_clock_afresh(
+    backend: str, tmp_path: Path
+) -> None:
+    async with make_store(backend, tmp_path) as store:
+        config = await store.put_config(
+            StoredConfig(key="k", id="c", task_id="t", owner="o", url="http://h/", created_at=1.0)
+        )
+        await store.enqueue("t", "statusUpdate", lambda v: b"{}", new_id=new_delivery_id)
+        (d,) = await store.claim_due(1, lease_seconds=30, worker_id="w")
+        await store.complete(
+            [
+                Outcome(
+                    d.id,
+                    config.key,
+                    "t",
+                    "retry",
+                    attempts=1,
+                    status=503,
+                    error="HTTP 503",
+                    next_attempt_at=time.time() + 60,
+                    config_failing_since=1000.0,
+                )
+            ]
+        )
+        failing = await store.get_config_by_key(config.key)
+        assert failing is not None and failing.failing_since == 1000.0
+        assert await store.set_config_enabled(config.key, False, "failing without a success")
+        assert await store.set_config_enabled(config.key, True)
+        enabled = await store.get_config_by_key(config.key)
+        assert enabled is not None and enabled.enabled and enabled.failing_since is None
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_the_same_idempotency_key_on_two_tasks_is_two_events(
+    backend: str, tmp_path: Path, sink: WebhookSink
+) -> None:
+    notifier = PushNotifier(make_store(backend, tmp_path), issuer=ISSUER, address_policy=LOOPBACK)
+    async with notifier:
+        for task in ("task-a", "task-b"):
+            await notifier.register_config(
+                TaskPushNotificationConfig(url=sink.url(f"/{task}")), owner="o", task_id=task
+            )
+        a = await notifier.publish("task-a", status("task-a"), idempotency_key="evt-1")
+        b = await notifier.publish("task-b", status("task-b"), idempotency_key="evt-1")
+        again = await notifier.publish("task-b", status("task-b"), idempotency_key="evt-1")
+        assert a.delivery_ids != b.delivery_ids and len(b.delivery_ids) == 1
+        assert again == b  # the same task and key: the first result, nothing queued
+        await sink.wait_for(1, path="/task-b")
+
+
+def test_the_lease_check_uses_a_given_transports_timeouts() -> None:
+    transport = Transport(LOOPBACK, Timeouts(total=60))
+    with pytest.raises(ValueError, match="lease_seconds"):
+        PushNotifier(
+            SQLiteStore(":memory:"),
+            issuer=ISSUER,
+            transport=transport,
+            dispatcher=DispatcherOptions(lease_seconds=70),
+        )
+    with pytest.raises(ValueError, match="disagree"):
+        PushNotifier(
+            SQLiteStore(":memory:"),
+            issuer=ISSUER,
+            transport=transport,
+            timeouts=Timeouts(total=5),
+        )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_backlogged_endpoints_filling_the_claim_window_do_not_delay_others(
+    backend: str, tmp_path: Path
+) -> None:
+    """Slow endpoints' older lanes fill the window a claim ranks (on PostgreSQL, four
+    times the batch); a healthy endpoint's lane must still be claimed at once, not a
+    poll interval per slow endpoint later."""
+    release = asyncio.Event()
+    got = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response()
+
+    async def fast(request: web.Request) -> web.Response:
+        got.set()
+        return web.Response()
+
+    servers = []
+    for handler in [hang] * 4 + [fast]:
+        app = web.Application()
+        app.router.add_post("/h", handler)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+    options = DispatcherOptions(
+        claim_batch=4, per_endpoint=2, poll_interval=30.0, drain_timeout=0.5
+    )
+    store = make_store(backend, tmp_path)
+    now = time.time()
+    async with store:
+        for e, server in enumerate(servers[:4]):
+            for i in range(20):
+                task = f"slow{e}-{i}"
+                await store.put_config(
+                    StoredConfig(
+                        key=f"k-{task}",
+                        id="c",
+                        task_id=task,
+                        owner="o",
+                        url=str(server.make_url("/h")),
+                        created_at=now,
+                    )
+                )
+                await store.enqueue(
+                    task,
+                    "statusUpdate",
+                    lambda v: b"{}",
+                    new_id=new_delivery_id,
+                    now=now - 1000 + e * 100 + i,
+                )
+    # The same database, reopened by the notifier (PostgreSQL: the same schema).
+    notifier = PushNotifier(
+        _reopen(store),
+        issuer=ISSUER,
+        address_policy=LOOPBACK,
+        dispatcher=options,
+        resolve_on_register=False,
+    )
+    try:
+        async with notifier:
+            await notifier.register_config(
+                TaskPushNotificationConfig(url=str(servers[4].make_url("/h"))),
+                owner="o",
+                task_id="fast",
+            )
+            await notifier.publish("fast", status("fast"))
+            await asyncio.wait_for(got.wait(), 10)
+            release.set()
+    finally:
+        release.set()
+        for server in servers:
+            await server.close()
+
+
+def _reopen(store: Store) -> Store:
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    from a2a_push.store.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    return PostgresStore(store.dsn, schema=store.schema)
