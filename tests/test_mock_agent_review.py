@@ -15,10 +15,11 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from a2a_push.testing import ReceivedWebhook, WebhookSink
+from a2a_push.testing import WebhookSink
 from examples.mock_agent import MAX_MESSAGE_DEPTH, create_app
 
 from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
+from .test_mock_agent import kinds
 
 ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
 BOB = {"Authorization": "Bearer bob-token", "A2A-Version": "1.0"}
@@ -89,20 +90,6 @@ async def rest(
 ) -> tuple[int, Any]:
     async with session.request(method, url, json=body, headers=headers) as resp:
         return resp.status, await resp.json(content_type=None)
-
-
-def kinds(hooks: list[ReceivedWebhook]) -> list[str]:
-    """Each webhook as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    out = []
-    for hook in hooks:
-        body = json.loads(hook.body)
-        if "task" in body:
-            out.append(f"task:{body['task']['status']['state']}")
-        elif "statusUpdate" in body:
-            out.append(f"status:{body['statusUpdate']['status']['state']}")
-        else:
-            out.append(f"artifact:{body['artifactUpdate']['artifact']['name']}")
-    return out
 
 
 def nested(depth: int) -> Any:
