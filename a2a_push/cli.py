@@ -847,19 +847,20 @@ def _open_store(args: argparse.Namespace) -> Store:
 
 
 def _is_outbox_file(path: Path) -> bool:
-    """Whether ``path`` is an SQLite file holding an a2a-push outbox (read-only look)."""
+    """Whether ``path`` is an SQLite file holding an a2a-push outbox (read-only look);
+    a CLIError naming the problem when it cannot be read at all."""
     try:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    except sqlite3.Error:
-        return False
-    try:
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-    except sqlite3.Error:  # not a database at all, or locked in a way reads cannot pass
-        return False
-    finally:
-        conn.close()
+        try:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            tables = {row[0] for row in rows}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            return False
+        # Locked, unreadable, a WAL file that cannot be opened...: say what it is.
+        raise CLIError(f"cannot read {path}: {exc}") from None
     return {"configs", "deliveries", "lanes"} <= tables
 
 

@@ -380,7 +380,30 @@ class PushNotifier:
         )
         if initial is not None:
             self.dispatcher.wake()
+        if task is None and snapshot is not None and self.task_provider is not None:
+            # A publish between the provider's answer and the config being stored missed
+            # the config: send the task as it is now if it moved on (see PushConfigService).
+            now = await self.task_provider(target_task)
+            if now is not None and now != snapshot:
+                await self.send_snapshot(stored, now)
         return stored
+
+    async def send_snapshot(self, config: StoredConfig, task: Task) -> list[str]:
+        """Queue ``task`` as a ``task`` webhook to ``config`` alone (after the task's
+        queued events, with the next seq); the delivery ids."""
+        if task.id != config.task_id:
+            raise ValueError(f"send_snapshot(): the task is {task.id!r}, not {config.task_id!r}")
+        _, ids = await self.store.enqueue(
+            task.id,
+            "task",
+            self._renderer(task, task),
+            new_id=new_delivery_id,
+            only_config_key=config.key,
+        )
+        if ids:
+            self.metrics.deliveries_enqueued.inc(len(ids))
+            self.dispatcher.wake()
+        return ids
 
     async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
         return await self.store.get_config(task_id, config_id, owner)

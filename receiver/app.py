@@ -63,6 +63,7 @@ KEEPALIVE_SECONDS: Final = 15.0
 API_KEYS_FILE: Final = "api-keys.json"
 _EVENTS_PAGE: Final = 500
 _MAX_EVENT_ID: Final = 2**63 - 1
+BODY_HASH_RETENTION_SECONDS: Final = 3600.0
 _CREATE_MARGIN_SECONDS: Final = 10.0
 _V03_KINDS: Final = {
     "task": "task",
@@ -345,15 +346,22 @@ class Receiver:
                 log.exception("receiver purge failed; will try again")
 
     async def purge(self, *, now: float | None = None) -> int:
-        """Drop dedup keys older than ``dedup_retention_hours`` (and at least four
-        freshness windows), and fetched notifications, deleted subscriptions, superseded
-        events and unsubscribed tasks older than ``retention_days``; how many rows."""
+        """Drop webhook-id dedup keys older than ``dedup_retention_hours`` (and at least
+        four freshness windows); body-hash keys (senders that send no webhook id) after
+        an hour (and at least four freshness windows), so an identical body sent again
+        later (WORKING, INPUT_REQUIRED, WORKING) is a new notification; and fetched
+        notifications, deleted subscriptions, superseded events and unsubscribed tasks
+        older than ``retention_days``. How many rows went."""
         now = time.time() if now is None else now
         settings = self.settings
-        dedup = max(settings.dedup_retention_hours * 3600, 4 * settings.freshness_seconds)
+        floor = 4 * settings.freshness_seconds
+        dedup = max(settings.dedup_retention_hours * 3600, floor)
         retention = now - settings.retention_days * 86400
         return await self.store.purge(
-            seen_before=now - dedup, notifications_before=retention, history_before=retention
+            seen_before=now - dedup,
+            notifications_before=retention,
+            history_before=retention,
+            body_hashes_before=now - max(BODY_HASH_RETENTION_SECONDS, floor),
         )
 
     # ---- callbacks and events --------------------------------------------------------

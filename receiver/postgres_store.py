@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from a2a_push.errors import StoreUnavailableError
-from a2a_push.store.postgres import UNAVAILABLE_ERRORS
+from a2a_push.store.postgres import pooled_connection
 from a2a_push.store.sql import migrations, queries
 
 from .store import (
@@ -65,7 +65,13 @@ class PostgresReceiverStore(ReceiverStore):
             if self.schema:
                 conn = await asyncpg.connect(self.dsn, timeout=5)
                 try:
-                    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                    # Workers opening a new schema together: CREATE SCHEMA IF NOT EXISTS
+                    # is not safe concurrently, so under a lock of its own.
+                    async with conn.transaction():
+                        await conn.execute(
+                            "SELECT pg_advisory_xact_lock(hashtext($1))", "a2a-push-receiver-schema"
+                        )
+                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 finally:
                     await conn.close()
             self._pool = await asyncpg.create_pool(
@@ -100,7 +106,7 @@ class PostgresReceiverStore(ReceiverStore):
         while True:
             try:
                 conn = await asyncpg.connect(self.dsn, timeout=5)
-            except (OSError, asyncpg.PostgresError):
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
@@ -115,9 +121,11 @@ class PostgresReceiverStore(ReceiverStore):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), 10)
                     if not lost.is_set():
-                        await conn.execute("SELECT 1")  # notice a silent network drop
-            except (OSError, asyncpg.PostgresError):
-                pass
+                        # Notice a silent network drop (bounded: a dead peer never answers).
+                        await conn.execute("SELECT 1", timeout=10)
+            except Exception as exc:  # the listener must outlive any connection failure
+                log.debug("receiver listener: reconnecting after %s", exc)
+                await asyncio.sleep(delay)
             finally:
                 with contextlib.suppress(Exception):
                     await conn.close()
@@ -129,11 +137,8 @@ class PostgresReceiverStore(ReceiverStore):
     async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         if self._pool is None:
             raise StoreUnavailableError("the receiver store is not open")
-        try:
-            async with self._pool.acquire() as conn:
-                return await fn(conn)
-        except UNAVAILABLE_ERRORS as exc:
-            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+        async with pooled_connection(self._pool, _unreachable) as conn:
+            return await fn(conn)
 
     async def _fetch(self, name: str, *args: Any) -> list[Any]:
         return await self._run(lambda conn: conn.fetch(self._sql[name], *args))
@@ -237,12 +242,15 @@ class PostgresReceiverStore(ReceiverStore):
         seen_before: float,
         notifications_before: float,
         history_before: float | None = None,
+        body_hashes_before: float | None = None,
     ) -> int:
         async def op(conn: Any) -> int:
             statements = [
                 ("purge_seen", seen_before),
                 ("purge_notifications", notifications_before),
             ]
+            if body_hashes_before is not None:
+                statements.append(("purge_body_hashes", body_hashes_before))
             if history_before is not None:
                 # In this order: a task whose last subscription goes now goes too, and
                 # then its events.
@@ -374,3 +382,7 @@ async def _migrate(conn: Any) -> None:
                 )
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
+
+
+def _unreachable(exc: BaseException) -> StoreUnavailableError:
+    return StoreUnavailableError(f"PostgreSQL is not reachable: {exc}")

@@ -205,8 +205,9 @@ class ReceiverSettings(_Model):
     dedup_retention_hours: float = Field(
         default=DEFAULT_DEDUP_RETENTION_HOURS,
         gt=0,
-        description="webhook ids (and token-only body hashes) are remembered this long, "
-        "so a sender's late retry is still recognised as a duplicate",
+        description="webhook ids are remembered this long, so a sender's late retry is "
+        "still recognised as a duplicate (body hashes of senders that send no webhook id: "
+        "one hour, so a repeated identical status is not lost)",
     )
     webhook_rate_limit: float = Field(
         default=0.0, ge=0, description="webhooks/s per agent before 429; 0 = unlimited"

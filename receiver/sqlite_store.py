@@ -205,12 +205,17 @@ class SQLiteReceiverStore(ReceiverStore):
         seen_before: float,
         notifications_before: float,
         history_before: float | None = None,
+        body_hashes_before: float | None = None,
     ) -> int:
         def op(conn: sqlite3.Connection) -> int:
             count = conn.execute(self._sql["purge_seen"], (seen_before,)).rowcount
             count += conn.execute(
                 self._sql["purge_notifications"], (notifications_before,)
             ).rowcount
+            if body_hashes_before is not None:
+                count += conn.execute(
+                    self._sql["purge_body_hashes"], (body_hashes_before,)
+                ).rowcount
             if history_before is not None:
                 # In this order: a task whose last subscription goes now goes too, and
                 # then its events.

@@ -173,10 +173,13 @@ class ReceiverStore(abc.ABC):
         seen_before: float,
         notifications_before: float,
         history_before: float | None = None,
+        body_hashes_before: float | None = None,
     ) -> int:
         """Drop dedup keys and fetched notifications older than the given times; how many
         rows went.
 
+        ``body_hashes_before``: dedup keys that are body hashes (senders that send no
+        webhook id) go sooner: an identical body sent again later is a new notification.
         ``history_before``: also drop subscriptions deleted before then, tasks updated
         before then that no subscription (active or deleted) names any more, and events
         created before then, except each remaining task's newest event: an SSE client

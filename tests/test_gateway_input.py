@@ -5,6 +5,7 @@ collide; settings and key rotation name the mistake without echoing secrets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -52,10 +53,13 @@ async def _database(backend: str, tmp_path: Path) -> str:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Gateway:
+    """``async with gateway() as url``; the running Gateway is ``gateway.running``."""
+
     @asynccontextmanager
     async def start() -> AsyncIterator[str]:
         settings = gateway_settings(await _database(request.param, tmp_path))
-        async with running_gateway(settings) as (url, _gw):
+        async with running_gateway(settings) as (url, gw):
+            start.running = gw  # type: ignore[attr-defined]
             yield url
 
     return start
@@ -130,6 +134,20 @@ async def test_ids_a_database_cannot_store_are_refused_not_500(gateway: Gateway)
             assert field in answer["error"]["message"], answer
 
 
+async def test_a_long_task_id_a_config_accepts_also_takes_events(gateway: Gateway) -> None:
+    long_id = "t" * 2000
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        created = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": long_id, "id": "c", "url": sink.url()},
+        )
+        assert "result" in created, created
+        code, body = await _post_event(session, url, long_id, TaskState.WORKING)
+        assert code == 202 and body["deliveries"] == 1
+
+
 async def test_a_refused_event_does_not_become_the_task_status(gateway: Gateway) -> None:
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         code, _ = await _post_event(session, url, "t-1", TaskState.WORKING)
@@ -182,6 +200,7 @@ async def test_admin_endpoints_refuse_bad_input_with_400(gateway: Gateway) -> No
                 assert "message" in await resp.json()
         for body in (
             json.dumps({"since": "abc"}),
+            '{"since": 1' + "0" * 400 + "}",  # an integer past the float range
             json.dumps({"since": 0, "task": 5}),
             json.dumps({"ids": ["x\u0000"]}),
             "[" * 100_000,
@@ -291,6 +310,18 @@ async def test_config_methods_answer_503_while_the_store_is_unavailable(tmp_path
             assert "/secret" not in await resp.text()
         code, body = await _post_event(session, url, "t", TaskState.WORKING)
         assert code == 503 and "/secret" not in json.dumps(body)
+        # A JSON-RPC notification (no id) gets no body, but still the 503 to retry on.
+        async with session.post(
+            url + "/v1/rpc",
+            json={
+                "jsonrpc": "2.0",
+                "method": "CreateTaskPushNotificationConfig",
+                "params": {"taskId": "t", "url": hook},
+            },
+            headers={"Authorization": f"Bearer {AGENT_KEY}", "A2A-Version": "1.0"},
+        ) as resp:
+            assert resp.status == 503 and resp.headers["Retry-After"]
+            assert await resp.read() == b""
 
 
 async def test_ssrf_refusals_name_the_gateway_setting(tmp_path: Path) -> None:
@@ -314,3 +345,41 @@ def test_settings_that_let_a_claim_outlive_its_lease_are_refused() -> None:
         environ={}, overrides={"agents": agents, "request_timeout": 30, "lease_seconds": 200}
     )
     assert ok.lease_seconds == 200
+
+
+async def test_a_config_created_during_a_publish_catches_up_with_the_task(
+    gateway: Gateway,
+) -> None:
+    """The create reads the task's status, then a publish lands before the config is
+    stored (so it is not fanned out to it): the config is then sent the newer state."""
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        code, _ = await _post_event(session, url, "T", TaskState.WORKING)
+        assert code == 202
+        gw = gateway.running  # type: ignore[attr-defined]
+        read_done, go_on = asyncio.Event(), asyncio.Event()
+        real_owner = gw.state.owner
+
+        async def owner_then_pause(task_id: str) -> Any:
+            found = await real_owner(task_id)
+            if not go_on.is_set():
+                read_done.set()
+                await go_on.wait()
+            return found
+
+        gw.state.owner = owner_then_pause
+        create = asyncio.create_task(
+            rpc(
+                session,
+                url,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": "T", "id": "cfg", "url": sink.url("/T")},
+            )
+        )
+        await read_done.wait()
+        code, body = await _post_event(session, url, "T", TaskState.COMPLETED)
+        assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
+        go_on.set()
+        assert "result" in await create
+        await sink.wait_for(2, path="/T")
+        states = [json.loads(h.body)["task"]["status"]["state"] for h in sink.on("/T")]
+        assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]

@@ -151,3 +151,14 @@ async def test_ids_postgresql_cannot_store_are_400_not_500(tmp_path: Path) -> No
     finally:
         await server.close()
         await agent_server.close()
+
+
+async def test_workers_opening_a_new_schema_together_all_start() -> None:
+    """CREATE SCHEMA IF NOT EXISTS is not safe concurrently: workers take turns."""
+    dsn = require_postgres()
+    schema = postgres_schema()  # dropped after the test by conftest
+    stores = [PostgresReceiverStore(dsn, schema=schema) for _ in range(6)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))

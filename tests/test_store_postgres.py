@@ -302,6 +302,41 @@ async def test_listener_reconnects_after_its_connection_is_killed(
     await wait_set(woken, 1.0)
 
 
+async def test_connections_killed_under_load_surface_only_as_store_unavailable(
+    open_stores: OpenStores,
+) -> None:
+    """Backends killed while writes run (some just after their commit, when the pool's
+    reset on release trips): callers see StoreUnavailableError and nothing else, so a
+    dispatcher never mistakes a lost connection for a broken delivery."""
+    (store,) = await open_stores(1)
+    await store.put_config(config(id="a"))
+    errors: defaultdict[str, int] = defaultdict(int)
+    stop = time.monotonic() + 3.0
+
+    async def publish() -> None:
+        while time.monotonic() < stop:
+            try:
+                await store.enqueue("task-1", "statusUpdate", lambda v: b"{}", new_id=ids())
+                errors["ok"] += 1
+            except StoreUnavailableError:
+                errors["unavailable"] += 1
+            except Exception as exc:
+                errors[type(exc).__name__] += 1
+
+    async def kill() -> None:
+        while time.monotonic() < stop:
+            await asyncio.sleep(0.05)
+            await raw(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = $1 AND state <> 'idle'",
+                f"a2a-push:{store.schema}",
+            )
+
+    await asyncio.gather(kill(), *(publish() for _ in range(8)))
+    assert set(errors) <= {"ok", "unavailable"}, dict(errors)
+    assert errors["ok"] > 0 and errors["unavailable"] > 0, dict(errors)
+
+
 async def test_a_dispatcher_in_another_process_is_woken_by_a_publish(
     open_stores: OpenStores,
 ) -> None:

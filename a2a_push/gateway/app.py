@@ -231,9 +231,9 @@ def _unavailable(exc: Exception) -> web.Response:
 
 
 def valid_task_id(value: str) -> bool:
-    """Text a database can store as an id: non-empty, at most 1,024 characters, no NUL
-    (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
-    if not value or len(value) > 1024 or "\x00" in value:
+    """Text a database can store as an id, as the push-config methods require it too:
+    non-empty, no NUL (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
+    if not value or "\x00" in value:
         return False
     try:
         value.encode("utf-8")
@@ -250,9 +250,14 @@ def _finite(text: str) -> float:
 
 
 def _is_time(value: Any) -> bool:
-    return value is None or (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    if value is None:
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past the float range
+        return False
 
 
 def _event_task_id(event: StreamResponse) -> str | None:
@@ -291,7 +296,9 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         assert agent_id is not None
         task_id = request.match_info["task_id"]
         if not valid_task_id(task_id):
-            return _error(400, "invalid_task_id", "the task id must be printable text (no NUL)")
+            return _error(
+                400, "invalid_task_id", "the task id must be text (no NUL, no lone surrogate)"
+            )
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:
@@ -367,7 +374,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             return _error(400, "invalid", "limit: from 1 to 1000")
         for name in ("task", "config", "after"):
             if name in q and not valid_task_id(q[name]):
-                return _error(400, "invalid", f"{name}: printable text (no NUL)")
+                return _error(400, "invalid", f"{name}: text (no NUL, no lone surrogate)")
         found = await gw.notifier.store.list_deliveries(
             DeliveryFilter(
                 state=state,

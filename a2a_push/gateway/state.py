@@ -294,17 +294,12 @@ class PostgresGatewayState(GatewayState):
             self._pool = None
 
     async def _run(self, fn: Any) -> Any:
-        from a2a_push.store.postgres import UNAVAILABLE_ERRORS
+        from a2a_push.store.postgres import pooled_connection
 
         if self._pool is None:
             raise StoreUnavailableError("the gateway state is not open")
-        try:
-            async with self._pool.acquire() as conn:
-                return await fn(conn)
-        except UNAVAILABLE_ERRORS as exc:
-            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
-        except TimeoutError as exc:
-            raise StoreUnavailableError("PostgreSQL did not answer in time") from exc
+        async with pooled_connection(self._pool, _unreachable) as conn:
+            return await fn(conn)
 
     async def claim_task(
         self,
@@ -391,3 +386,9 @@ def _load(value: str | None) -> dict[str, Any] | None:
         return None
     data = json.loads(value)
     return data if isinstance(data, dict) else None
+
+
+def _unreachable(exc: BaseException) -> StoreUnavailableError:
+    if isinstance(exc, TimeoutError):
+        return StoreUnavailableError("PostgreSQL did not answer in time")
+    return StoreUnavailableError(f"PostgreSQL is not reachable: {exc}")

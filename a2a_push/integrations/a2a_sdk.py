@@ -126,10 +126,7 @@ class A2APushConfigStore(PushNotificationConfigStore):
         normalized = normalize_push_notification_config(task_id, notification_config)
         try:
             config = _to_model(normalized, t.TaskPushNotificationConfig)
-            snapshot = None
-            if self.task_store is not None:
-                found = await self.task_store.get(task_id, context)
-                snapshot = _to_model(found, t.Task) if found is not None else None
+            snapshot = await self._snapshot(task_id, context)
             stored = await self.notifier.register_config(
                 config, owner=self.owner_resolver(context), task_id=task_id, task=snapshot
             )
@@ -138,6 +135,21 @@ class A2APushConfigStore(PushNotificationConfigStore):
         except ValueError as exc:  # pydantic's ValidationError (it hides the input)
             raise InvalidParamsError(message=f"push notification config: {exc}") from exc
         return _to_proto_config(stored)
+
+    async def _snapshot(self, task_id: str, context: ServerCallContext) -> t.Task | None:
+        """The task from the handler's task store, for a new config's first webhook; None
+        (no snapshot, the config still stands) when there is none or it cannot be read."""
+        if self.task_store is None:
+            return None
+        found = await self.task_store.get(task_id, context)
+        if found is None:
+            return None
+        try:
+            snapshot: t.Task = _to_model(found, t.Task)
+        except ValueError as exc:  # pydantic's ValidationError: a task our model refuses
+            log.warning("task %s: no snapshot for the new config (%s)", task_id, exc)
+            return None
+        return snapshot
 
     async def get_info(
         self, task_id: str, context: ServerCallContext

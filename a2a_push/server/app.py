@@ -136,9 +136,9 @@ def mount(
         except _Refused as refused:
             return web.json_response(failure(None, refused.error), status=refused.status)
         status, payload = await service.handle_jsonrpc(body, request.headers)
-        if payload is None:
-            return web.Response(status=status)
         headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+        if payload is None:
+            return web.Response(status=status, headers=headers)
         return web.json_response(payload, status=status, dumps=_dumps, headers=headers)
 
     async def rest(request: web.Request, method_v10: str, method_v03: str) -> web.StreamResponse:

@@ -277,7 +277,9 @@ class PushConfigService:
         """One JSON-RPC 2.0 request body -> (HTTP status, response dict or None).
 
         Errors travel in the JSON-RPC envelope with HTTP 200, as JSON-RPC over HTTP
-        does; a notification (no ``id``) gets 204 and no body.
+        does; a notification (no ``id``) gets 204 and no body. The exception: while the
+        store is unavailable, 503 (nothing was done; retry), with the error envelope
+        unless the request was a notification.
         """
         request_id: str | int | None = None
         try:
@@ -294,6 +296,8 @@ class PushConfigService:
         except StoreUnavailableError as exc:
             # The database is down or restarting: nothing was written; retry (503).
             log.warning("push-config method %s: the store is unavailable (%s)", request.method, exc)
+            if request.is_notification:
+                return 503, None  # no body for a notification, but the sender may retry
             return 503, failure(request_id, A2AError.internal_error(STORE_UNAVAILABLE))
         except Exception:
             log.exception("push-config method %s failed", request.method)
@@ -314,6 +318,7 @@ class PushConfigService:
         stored = await self.notifier.register_config(
             config, owner=owner, protocol_version=VERSION_1_0, task=task
         )
+        await self._catch_up(stored, task, owner)
         return self._v10(stored)
 
     async def _get(self, params: Mapping[str, Any], owner: str) -> Any:
@@ -348,6 +353,7 @@ class PushConfigService:
         stored = await self.notifier.register_config(
             config, owner=owner, protocol_version=VERSION_0_3, task=task
         )
+        await self._catch_up(stored, task, owner)
         return config_to_v03(self._model(stored))
 
     async def _v03_get(self, params: Mapping[str, Any], owner: str) -> Any:
@@ -379,6 +385,16 @@ class PushConfigService:
         return None
 
     # ---- helpers ------------------------------------------------------------------------
+
+    async def _catch_up(self, stored: StoredConfig, snapshot: Task, owner: str) -> None:
+        """Send the new config the task as it is now if it changed since ``snapshot`` was
+        read: a publish that landed between that read and the config being stored was
+        not fanned out to it (the config did not exist yet), and the snapshot predates
+        it. The agent records a task's state before publishing it, so what is read here,
+        after the config exists, covers every publish the config missed."""
+        now = await self.create_lookup(stored.task_id, owner)
+        if now is not None and now != snapshot:
+            await self.notifier.send_snapshot(stored, now)
 
     async def _task(self, task_id: str, owner: str, *, create: bool = False) -> Task:
         lookup = self.create_lookup if create else self.task_lookup

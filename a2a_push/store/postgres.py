@@ -95,6 +95,49 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.TooManyConnectionsError,
 )
+# What asyncpg raises when a connection is killed under an operation (its protocol
+# state machine or the pool's reset on release trips over the closed socket).
+_CLIENT_STATE_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
+
+
+@contextlib.asynccontextmanager
+async def pooled_connection(
+    pool: Any,
+    unavailable: Callable[[BaseException], Exception],
+    *,
+    transaction: bool = False,
+) -> AsyncIterator[Any]:
+    """A connection from ``pool`` (in a transaction if asked), with connection failures
+    raised as ``unavailable(exc)`` (a ``StoreUnavailableError``).
+
+    Released by hand: when the connection dies just after the work committed, the
+    pool's reset on release fails, and that failure must not be reported as the work
+    failing (callers would dead-letter or redo what is already durable). It is logged.
+    """
+    try:
+        conn = await pool.acquire()
+    except UNAVAILABLE_ERRORS + _CLIENT_STATE_ERRORS as exc:
+        raise unavailable(exc) from exc
+    try:
+        if transaction:
+            async with conn.transaction():
+                yield conn
+        else:
+            yield conn
+    except Exception as exc:
+        # Whatever failed on a connection that is now closed failed because the
+        # connection was lost (asyncpg reports that in several ways).
+        if isinstance(exc, UNAVAILABLE_ERRORS + _CLIENT_STATE_ERRORS) or _lost(conn):
+            raise unavailable(exc) from exc
+        raise
+    finally:
+        try:
+            await pool.release(conn)
+        except Exception as exc:  # the pool has closed the connection; nothing to undo
+            log.warning("releasing a PostgreSQL connection failed (%s); it was dropped", exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,23 +295,10 @@ class PostgresStore(RowMapping, Store):
     async def _connection(self, *, transaction: bool = False) -> AsyncIterator[Any]:
         """A pooled connection (in a transaction if asked), with connection failures
         turned into ``StoreUnavailableError``."""
-        pool = self._require_pool()
-        try:
-            async with pool.acquire() as conn:
-                try:
-                    if transaction:
-                        async with conn.transaction():
-                            yield conn
-                    else:
-                        yield conn
-                except Exception as exc:
-                    # Whatever failed on a connection that is now closed failed because
-                    # the connection was lost (asyncpg reports that in several ways).
-                    if isinstance(exc, UNAVAILABLE_ERRORS) or _lost(conn):
-                        raise self._unavailable(exc) from exc
-                    raise
-        except UNAVAILABLE_ERRORS as exc:
-            raise self._unavailable(exc) from exc
+        async with pooled_connection(
+            self._require_pool(), self._unavailable, transaction=transaction
+        ) as conn:
+            yield conn
 
     def _transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._connection(transaction=True)

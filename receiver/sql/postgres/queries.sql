@@ -51,6 +51,9 @@ WHERE agent_url = $1 AND task_id = $2 AND id <= $3 AND NOT fetched;
 -- name: purge_seen
 DELETE FROM receiver_seen WHERE received_at < $1;
 
+-- name: purge_body_hashes
+DELETE FROM receiver_seen WHERE received_at < $1 AND dedup_key LIKE 'sha256:%';
+
 -- name: purge_notifications
 DELETE FROM receiver_notifications WHERE fetched AND received_at < $1;
 

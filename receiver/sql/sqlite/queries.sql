@@ -46,6 +46,9 @@ WHERE agent_url = ? AND task_id = ? AND id <= ? AND fetched = 0;
 -- name: purge_seen
 DELETE FROM seen WHERE received_at < ?;
 
+-- name: purge_body_hashes
+DELETE FROM seen WHERE received_at < ? AND dedup_key LIKE 'sha256:%';
+
 -- name: purge_notifications
 DELETE FROM notifications WHERE fetched = 1 AND received_at < ?;
 
