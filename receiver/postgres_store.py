@@ -147,21 +147,26 @@ class PostgresReceiverStore(ReceiverStore):
 
     async def add_subscription(self, sub: Subscription) -> Subscription:
         async def op(conn: Any) -> Subscription:
-            inserted = await conn.fetchval(
-                self._sql["insert_subscription"],
-                sub.id,
-                sub.client_id,
-                sub.agent_url,
-                sub.task_id,
-                sub.token_digest,
-                sub.created_at,
-            )
-            if inserted is not None:
-                return sub
-            row = await conn.fetchrow(
-                self._sql["active_subscription"], sub.client_id, sub.agent_url, sub.task_id
-            )
-            return subscription_from_row(row)
+            # The active one that blocked the insert may be deleted before it is read
+            # back: then the insert goes through on the next turn.
+            for _ in range(3):
+                inserted = await conn.fetchval(
+                    self._sql["insert_subscription"],
+                    sub.id,
+                    sub.client_id,
+                    sub.agent_url,
+                    sub.task_id,
+                    sub.token_digest,
+                    sub.created_at,
+                )
+                if inserted is not None:
+                    return sub
+                row = await conn.fetchrow(
+                    self._sql["active_subscription"], sub.client_id, sub.agent_url, sub.task_id
+                )
+                if row is not None:
+                    return subscription_from_row(row)
+            raise StoreUnavailableError("the subscription is being changed concurrently; retry")
 
         return await self._run(op)
 
