@@ -337,6 +337,26 @@ async def test_connections_killed_under_load_surface_only_as_store_unavailable(
     assert errors["ok"] > 0 and errors["unavailable"] > 0, dict(errors)
 
 
+async def test_a_claim_looks_past_backlogged_endpoints_that_fill_its_window(
+    open_stores: OpenStores,
+) -> None:
+    """The claim ranks a window of the earliest due lanes (4x the batch); when a few
+    backlogged endpoints fill it, it looks again past them, and no endpoint gets more
+    than its cap."""
+    (store,) = await open_stores(1)
+    for endpoint, lanes, first_due in (("a", 30, 0.0), ("b", 30, 100.0), ("c", 1, 200.0)):
+        for i in range(lanes):
+            task = f"{endpoint}-{i}"
+            await store.put_config(config(task, url=f"http://{endpoint}.test:9/hook"))
+            await enqueue(store, task, now=NOW - 1000 + first_due + i)
+    claimed = await store.claim_due(8, lease_seconds=30, worker_id="w", per_endpoint=2, now=NOW)
+    per: defaultdict[str, int] = defaultdict(int)
+    for d in claimed:
+        assert d.config is not None
+        per[d.config.url.split("//")[1].split(".")[0]] += 1
+    assert dict(per) == {"a": 2, "b": 2, "c": 1}
+
+
 async def test_a_dispatcher_in_another_process_is_woken_by_a_publish(
     open_stores: OpenStores,
 ) -> None:

@@ -179,12 +179,8 @@ class Dispatcher:
                 self._in_flight[delivery.id] = task
                 self._idle.clear()
             self.metrics.in_flight.set(len(self._in_flight))
-            if claimed:
-                # There may be more due right now: a full batch says so, and a partial one
-                # may have been cut short by the per-endpoint cap (a store may rank only
-                # a window of the due lanes, which a few backlogged endpoints can fill).
-                # The endpoints it filled are excluded next time; an empty claim ends it.
-                continue
+            if len(claimed) == min(free, opts.claim_batch):
+                continue  # there may be more due right now
             timeout = opts.poll_interval
             if not claimed:
                 # Idle: sleep until the earliest scheduled retry, or until an open breaker

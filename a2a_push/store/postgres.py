@@ -27,6 +27,7 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,8 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _LISTEN_RETRY_FIRST = 0.1  # seconds; doubles up to the max while the server is away
 _LISTEN_RETRY_MAX = 2.0
 _PENDING = DeliveryState.PENDING.value
+# Claim queries one claim may run when backlogged endpoints fill the ranked window.
+_CLAIM_ROUNDS = 8
 
 log = logging.getLogger("a2a_push.store.postgres")
 
@@ -565,29 +568,42 @@ class PostgresStore(RowMapping, Store):
         exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
         at = time.time() if now is None else now
+        cap = per_endpoint or limit
+        claimed: list[Delivery] = []
+        taken: Counter[str] = Counter()  # lanes taken per endpoint
+        excluded = set(exclude_endpoints)
         async with self._transaction() as conn:
-            rows = await conn.fetch(
-                _Q["claim_lanes"], at, sorted(exclude_endpoints), per_endpoint or limit, limit
-            )
-            claimed: list[Delivery] = []
-            config_keys: list[str] = []
-            task_ids: list[str] = []
-            for row in rows:
-                lane = (row["lane_config_key"], row["lane_task_id"])
-                if row["state"] != _PENDING:
-                    # A lane whose head is no longer pending: repair it (never expected).
-                    # Only if the task is free: a claim must never wait on a lock while
-                    # it holds lane rows, or it could deadlock with a completion.
-                    if await conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, lane[1]):
-                        await _advance_lane(conn, *lane)
-                    continue
-                claimed.append(self._claimed_from_row(row))
-                config_keys.append(lane[0])
-                task_ids.append(lane[1])
-            if claimed:
-                await conn.execute(
-                    _Q["lease_lanes"], at + lease_seconds, worker_id, config_keys, task_ids
-                )
+            for _ in range(_CLAIM_ROUNDS):
+                want = limit - len(claimed)
+                rows = await conn.fetch(_Q["claim_lanes"], at, sorted(excluded), cap, want)
+                config_keys: list[str] = []
+                task_ids: list[str] = []
+                for row in rows:
+                    lane = (row["lane_config_key"], row["lane_task_id"])
+                    if row["state"] != _PENDING:
+                        # A lane whose head is no longer pending: repair it (never
+                        # expected). Only if the task is free: a claim must never wait on
+                        # a lock while it holds lane rows, or it could deadlock with a
+                        # completion.
+                        if await conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, lane[1]):
+                            await _advance_lane(conn, *lane)
+                        continue
+                    claimed.append(self._claimed_from_row(row))
+                    taken[row["lane_endpoint"]] += 1
+                    config_keys.append(lane[0])
+                    task_ids.append(lane[1])
+                if config_keys:
+                    await conn.execute(
+                        _Q["lease_lanes"], at + lease_seconds, worker_id, config_keys, task_ids
+                    )
+                # The ranked window was full: a few backlogged endpoints may have filled
+                # it and hidden other endpoints' due lanes. Look past every endpoint that
+                # got lanes (so none exceeds its cap), while that finds more.
+                if not rows or rows[0]["window_size"] < 4 * want or len(claimed) >= limit:
+                    break
+                if set(taken) <= excluded:
+                    break
+                excluded |= set(taken)
         return claimed
 
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:

@@ -132,7 +132,9 @@ ON CONFLICT (config_key, task_id) DO NOTHING;
 -- endpoint: ranking first would give every worker the same few lanes to fight over, so
 -- a second worker would mostly come back empty. A lane another worker has just leased
 -- fails the re-check of due_at on its new row version, so no lane is leased twice.
--- Candidates locked but not taken are unlocked when the claim commits.
+-- Candidates locked but not taken are unlocked when the claim commits. window_size: how
+-- many were locked; a full window may have hidden other endpoints' lanes behind a few
+-- backlogged ones (the store then claims again, those endpoints excluded).
 WITH locked AS (
     SELECT config_key, task_id, due_at, endpoint, head_id
     FROM lanes
@@ -141,11 +143,13 @@ WITH locked AS (
     LIMIT $4 * 4
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
-    SELECT config_key, task_id, due_at, head_id,
-           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
+    SELECT config_key, task_id, due_at, head_id, endpoint,
+           row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth,
+           count(*) OVER () AS window_size
     FROM locked
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
+       l.endpoint AS lane_endpoint, l.window_size,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
