@@ -381,12 +381,45 @@ class PushNotifier:
         if initial is not None:
             self.dispatcher.wake()
         if task is None and snapshot is not None and self.task_provider is not None:
-            # A publish between the provider's answer and the config being stored missed
-            # the config: send the task as it is now if it moved on (see PushConfigService).
-            now = await self.task_provider(target_task)
-            if now is not None and now != snapshot:
-                await self.send_snapshot(stored, now)
+            provider = self.task_provider
+            await self.catch_up(stored, snapshot, lambda: provider(target_task))
         return stored
+
+    async def catch_up(
+        self,
+        config: StoredConfig,
+        snapshot: Task,
+        read: Callable[[], Awaitable[Task | None]],
+        *,
+        rounds: int = 3,
+    ) -> None:
+        """After registering ``config`` with ``snapshot`` (read before it was stored):
+        send it the task as ``read()`` finds it now, if that differs, and again until a
+        read after the last send matches what was sent.
+
+        A publish that landed between the snapshot's read and the config being stored
+        was not fanned out to the config (it did not exist yet). An agent records a
+        task's state before publishing it, so a read after a send that matches what was
+        sent means every later publish is queued after that send: the config ends on the
+        task's latest state. Best effort: the config is stored whatever happens here
+        (a failure is logged; the task's next event reaches the config anyway).
+        """
+        sent = snapshot
+        try:
+            for _ in range(rounds):
+                now = await read()
+                if now is None or now == sent:
+                    return
+                await self.send_snapshot(config, now)
+                sent = now
+        except Exception as exc:
+            log.warning(
+                "config %s of task %s: catching up with the task failed (%s); it gets the "
+                "task's next event",
+                config.id,
+                config.task_id,
+                exc,
+            )
 
     async def send_snapshot(self, config: StoredConfig, task: Task) -> list[str]:
         """Queue ``task`` as a ``task`` webhook to ``config`` alone (after the task's

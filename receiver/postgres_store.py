@@ -106,7 +106,7 @@ class PostgresReceiverStore(ReceiverStore):
         while True:
             try:
                 conn = await asyncpg.connect(self.dsn, timeout=5)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except Exception:  # any failure to connect: try again, backing off
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue

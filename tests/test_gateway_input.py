@@ -383,3 +383,83 @@ async def test_a_config_created_during_a_publish_catches_up_with_the_task(
         await sink.wait_for(2, path="/T")
         states = [json.loads(h.body)["task"]["status"]["state"] for h in sink.on("/T")]
         assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+
+
+def _state_of(body: bytes) -> str:
+    data = json.loads(body)
+    inner = data.get("task") or data.get("statusUpdate")
+    return str(inner["status"]["state"])
+
+
+async def test_a_catch_up_overtaken_by_a_publish_still_ends_on_the_latest_state(
+    gateway: Gateway,
+) -> None:
+    """The catch-up reads the task, then a publish reaches the (now stored) config
+    before the catch-up's snapshot is queued: the snapshot is older than that event, so
+    the config is sent the task once more, as it is after it."""
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        assert (await _post_event(session, url, "T", TaskState.WORKING))[0] == 202
+        gw = gateway.running  # type: ignore[attr-defined]
+        first_read, resume_create = asyncio.Event(), asyncio.Event()
+        in_send, resume_send = asyncio.Event(), asyncio.Event()
+        real_owner, real_send = gw.state.owner, gw.notifier.send_snapshot
+
+        async def owner_then_pause(task_id: str) -> Any:
+            found = await real_owner(task_id)
+            if not first_read.is_set():
+                first_read.set()
+                await resume_create.wait()
+            return found
+
+        async def pause_then_send(config: Any, task: Any) -> Any:
+            if not in_send.is_set():
+                in_send.set()
+                await resume_send.wait()
+            return await real_send(config, task)
+
+        gw.state.owner = owner_then_pause
+        gw.notifier.send_snapshot = pause_then_send
+        create = asyncio.create_task(
+            rpc(
+                session,
+                url,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": "T", "id": "cfg", "url": sink.url("/T")},
+            )
+        )
+        await first_read.wait()
+        assert (await _post_event(session, url, "T", TaskState.INPUT_REQUIRED))[1][
+            "deliveries"
+        ] == 0
+        resume_create.set()
+        await in_send.wait()  # the catch-up read INPUT_REQUIRED and is about to queue it
+        code, body = await _post_event(session, url, "T", TaskState.COMPLETED)
+        assert code == 202 and body["deliveries"] == 1  # the config exists now
+        resume_send.set()
+        assert "result" in await create
+        await sink.wait_for(4, path="/T")
+        states = [_state_of(h.body) for h in sink.on("/T")]
+        assert states[-1] == "TASK_STATE_COMPLETED", states
+
+
+async def test_a_failed_catch_up_does_not_fail_the_create(gateway: Gateway) -> None:
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        assert (await _post_event(session, url, "T", TaskState.WORKING))[0] == 202
+        gw = gateway.running  # type: ignore[attr-defined]
+        calls = 0
+        real_owner = gw.state.owner
+
+        async def second_read_fails(task_id: str) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the catch-up's read, after the config is stored
+                raise StoreUnavailableError("the database went away")
+            return await real_owner(task_id)
+
+        gw.state.owner = second_read_fails
+        created = await rpc(
+            session, url, "CreateTaskPushNotificationConfig", {"taskId": "T", "url": sink.url()}
+        )
+        assert "result" in created, created  # stored: a retry would make a second config
+        listed = await rpc(session, url, "ListTaskPushNotificationConfigs", {"taskId": "T"})
+        assert len(listed["result"]["configs"]) == 1

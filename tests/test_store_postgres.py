@@ -357,6 +357,23 @@ async def test_a_claim_looks_past_backlogged_endpoints_that_fill_its_window(
     assert dict(per) == {"a": 2, "b": 2, "c": 1}
 
 
+async def test_a_claim_looks_past_any_number_of_backlogged_endpoints(
+    open_stores: OpenStores,
+) -> None:
+    (store,) = await open_stores(1)
+    endpoints = [f"e{n}" for n in range(10)]
+    for n, endpoint in enumerate(endpoints):
+        for i in range(50):  # each fills a window of 4 x 12 by itself
+            task = f"{endpoint}-{i}"
+            await store.put_config(config(task, url=f"http://{endpoint}.test:9/hook"))
+            await enqueue(store, task, now=NOW - 10_000 + n * 100 + i)
+    await store.put_config(config("z-0", url="http://z.test:9/hook"))
+    await enqueue(store, "z-0", now=NOW - 1)
+    claimed = await store.claim_due(12, lease_seconds=30, worker_id="w", per_endpoint=1, now=NOW)
+    hosts = sorted(d.config.url.split("//")[1].split(".")[0] for d in claimed if d.config)
+    assert hosts == sorted([*endpoints, "z"])
+
+
 async def test_a_dispatcher_in_another_process_is_woken_by_a_publish(
     open_stores: OpenStores,
 ) -> None:

@@ -130,6 +130,10 @@ class A2APushConfigStore(PushNotificationConfigStore):
             stored = await self.notifier.register_config(
                 config, owner=self.owner_resolver(context), task_id=task_id, task=snapshot
             )
+            if snapshot is not None:
+                await self.notifier.catch_up(
+                    stored, snapshot, lambda: self._snapshot(task_id, context)
+                )
         except InvalidConfigError as exc:
             raise InvalidParamsError(message=f"push notification config: {exc}") from exc
         except ValueError as exc:  # pydantic's ValidationError (it hides the input)

@@ -387,14 +387,11 @@ class PushConfigService:
     # ---- helpers ------------------------------------------------------------------------
 
     async def _catch_up(self, stored: StoredConfig, snapshot: Task, owner: str) -> None:
-        """Send the new config the task as it is now if it changed since ``snapshot`` was
-        read: a publish that landed between that read and the config being stored was
-        not fanned out to it (the config did not exist yet), and the snapshot predates
-        it. The agent records a task's state before publishing it, so what is read here,
-        after the config exists, covers every publish the config missed."""
-        now = await self.create_lookup(stored.task_id, owner)
-        if now is not None and now != snapshot:
-            await self.notifier.send_snapshot(stored, now)
+        """See :meth:`PushNotifier.catch_up`: the task as it is now, if a publish slipped
+        between the snapshot being read and the config being stored."""
+        await self.notifier.catch_up(
+            stored, snapshot, lambda: self.create_lookup(stored.task_id, owner)
+        )
 
     async def _task(self, task_id: str, owner: str, *, create: bool = False) -> Task:
         lookup = self.create_lookup if create else self.task_lookup

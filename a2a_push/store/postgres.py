@@ -84,8 +84,6 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _LISTEN_RETRY_FIRST = 0.1  # seconds; doubles up to the max while the server is away
 _LISTEN_RETRY_MAX = 2.0
 _PENDING = DeliveryState.PENDING.value
-# Claim queries one claim may run when backlogged endpoints fill the ranked window.
-_CLAIM_ROUNDS = 8
 
 log = logging.getLogger("a2a_push.store.postgres")
 
@@ -132,8 +130,9 @@ async def pooled_connection(
             yield conn
     except Exception as exc:
         # Whatever failed on a connection that is now closed failed because the
-        # connection was lost (asyncpg reports that in several ways).
-        if isinstance(exc, UNAVAILABLE_ERRORS + _CLIENT_STATE_ERRORS) or _lost(conn):
+        # connection was lost (asyncpg reports that in several ways). A client-state
+        # error on a live connection is a bug (misuse), raised as itself.
+        if isinstance(exc, UNAVAILABLE_ERRORS) or _lost(conn):
             raise unavailable(exc) from exc
         raise
     finally:
@@ -573,8 +572,9 @@ class PostgresStore(RowMapping, Store):
         taken: Counter[str] = Counter()  # lanes taken per endpoint
         excluded = set(exclude_endpoints)
         async with self._transaction() as conn:
-            for _ in range(_CLAIM_ROUNDS):
+            while True:
                 want = limit - len(claimed)
+                before = len(claimed)
                 rows = await conn.fetch(_Q["claim_lanes"], at, sorted(excluded), cap, want)
                 config_keys: list[str] = []
                 task_ids: list[str] = []
@@ -599,9 +599,11 @@ class PostgresStore(RowMapping, Store):
                 # The ranked window was full: a few backlogged endpoints may have filled
                 # it and hidden other endpoints' due lanes. Look past every endpoint that
                 # got lanes (so none exceeds its cap), while that finds more.
+                # Each further round takes at least one lane (or stops), so a claim runs at
+                # most ``limit`` rounds.
                 if not rows or rows[0]["window_size"] < 4 * want or len(claimed) >= limit:
                     break
-                if set(taken) <= excluded:
+                if len(claimed) == before or set(taken) <= excluded:
                     break
                 excluded |= set(taken)
         return claimed
