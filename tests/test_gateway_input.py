@@ -347,6 +347,37 @@ def test_settings_that_let_a_claim_outlive_its_lease_are_refused() -> None:
     assert ok.lease_seconds == 200
 
 
+class _PauseOnce:
+    """Wraps an async method: its first call pauses (after the real call with
+    ``after=True``, else before it) until ``resume`` is set; ``reached`` says it got there."""
+
+    def __init__(self, real: Any, *, after: bool) -> None:
+        self.real, self.after = real, after
+        self.reached, self.resume = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, *args: Any) -> Any:
+        first = not self.reached.is_set()
+        if first and not self.after:
+            self.reached.set()
+            await self.resume.wait()
+        result = await self.real(*args)
+        if first and self.after:
+            self.reached.set()
+            await self.resume.wait()
+        return result
+
+
+def _create_in_background(session: aiohttp.ClientSession, url: str, sink: WebhookSink) -> Any:
+    return asyncio.create_task(
+        rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "T", "id": "cfg", "url": sink.url("/T")},
+        )
+    )
+
+
 async def test_a_config_created_during_a_publish_catches_up_with_the_task(
     gateway: Gateway,
 ) -> None:
@@ -356,29 +387,12 @@ async def test_a_config_created_during_a_publish_catches_up_with_the_task(
         code, _ = await _post_event(session, url, "T", TaskState.WORKING)
         assert code == 202
         gw = gateway.running  # type: ignore[attr-defined]
-        read_done, go_on = asyncio.Event(), asyncio.Event()
-        real_owner = gw.state.owner
-
-        async def owner_then_pause(task_id: str) -> Any:
-            found = await real_owner(task_id)
-            if not go_on.is_set():
-                read_done.set()
-                await go_on.wait()
-            return found
-
-        gw.state.owner = owner_then_pause
-        create = asyncio.create_task(
-            rpc(
-                session,
-                url,
-                "CreateTaskPushNotificationConfig",
-                {"taskId": "T", "id": "cfg", "url": sink.url("/T")},
-            )
-        )
-        await read_done.wait()
+        read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
+        create = _create_in_background(session, url, sink)
+        await read.reached.wait()
         code, body = await _post_event(session, url, "T", TaskState.COMPLETED)
         assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
-        go_on.set()
+        read.resume.set()
         assert "result" in await create
         await sink.wait_for(2, path="/T")
         states = [json.loads(h.body)["task"]["status"]["state"] for h in sink.on("/T")]
@@ -400,42 +414,18 @@ async def test_a_catch_up_overtaken_by_a_publish_still_ends_on_the_latest_state(
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         assert (await _post_event(session, url, "T", TaskState.WORKING))[0] == 202
         gw = gateway.running  # type: ignore[attr-defined]
-        first_read, resume_create = asyncio.Event(), asyncio.Event()
-        in_send, resume_send = asyncio.Event(), asyncio.Event()
-        real_owner, real_send = gw.state.owner, gw.notifier.send_snapshot
-
-        async def owner_then_pause(task_id: str) -> Any:
-            found = await real_owner(task_id)
-            if not first_read.is_set():
-                first_read.set()
-                await resume_create.wait()
-            return found
-
-        async def pause_then_send(config: Any, task: Any) -> Any:
-            if not in_send.is_set():
-                in_send.set()
-                await resume_send.wait()
-            return await real_send(config, task)
-
-        gw.state.owner = owner_then_pause
-        gw.notifier.send_snapshot = pause_then_send
-        create = asyncio.create_task(
-            rpc(
-                session,
-                url,
-                "CreateTaskPushNotificationConfig",
-                {"taskId": "T", "id": "cfg", "url": sink.url("/T")},
-            )
-        )
-        await first_read.wait()
+        read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
+        send = gw.notifier.send_snapshot = _PauseOnce(gw.notifier.send_snapshot, after=False)
+        create = _create_in_background(session, url, sink)
+        await read.reached.wait()
         assert (await _post_event(session, url, "T", TaskState.INPUT_REQUIRED))[1][
             "deliveries"
         ] == 0
-        resume_create.set()
-        await in_send.wait()  # the catch-up read INPUT_REQUIRED and is about to queue it
+        read.resume.set()
+        await send.reached.wait()  # the catch-up read INPUT_REQUIRED and is about to queue it
         code, body = await _post_event(session, url, "T", TaskState.COMPLETED)
         assert code == 202 and body["deliveries"] == 1  # the config exists now
-        resume_send.set()
+        send.resume.set()
         assert "result" in await create
         await sink.wait_for(4, path="/T")
         states = [_state_of(h.body) for h in sink.on("/T")]
