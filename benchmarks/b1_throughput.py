@@ -13,6 +13,7 @@ import itertools
 import os
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -189,14 +190,26 @@ async def run_sdk(sink: Sink, p: B1Params) -> B1Row:
         async def send(item: tuple[str, Any]) -> None:
             await sender.send_notification(item[0], item[1])
 
-        started = time.time()
-        try:
-            await asyncio.wait_for(bounded(events, p.concurrency, send), p.timeout)
-        except TimeoutError:
-            progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
-        stats = await sink.wait_count(len(events), limit=5, tag=TAG, label=label)
-    end = stats.last if stats.count >= len(events) and stats.last else time.time()
-    return B1Row(label, len(events), stats.count, end - started)
+        return await _timed(sink, p, label, events, send)
+
+
+async def _timed(
+    sink: Sink,
+    p: B1Params,
+    label: str,
+    items: list[Any],
+    send: Callable[[Any], Awaitable[None]],
+) -> B1Row:
+    """Send ``items`` with ``p.concurrency`` in flight (stopping at ``p.timeout``) and
+    time it to the sink's last receipt."""
+    started = time.time()
+    try:
+        await asyncio.wait_for(bounded(items, p.concurrency, send), p.timeout)
+    except TimeoutError:
+        progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
+    stats = await sink.wait_count(len(items), limit=5, tag=TAG, label=label)
+    end = stats.last if stats.count >= len(items) and stats.last else time.time()
+    return B1Row(label, len(items), stats.count, end - started)
 
 
 class _MinimalLog:
@@ -305,14 +318,7 @@ async def run_raw(
                     log = _MinimalLog(str(tmp / f"minimal-{i}.db"))
                 await sink.reset()
                 progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
-                started = time.time()
-                try:
-                    await asyncio.wait_for(bounded(bodies, p.concurrency, post), p.timeout)
-                except TimeoutError:
-                    progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
-                stats = await sink.wait_count(len(bodies), limit=5, tag=TAG, label=label)
-                end = stats.last if stats.count >= len(bodies) and stats.last else time.time()
-                runs.append(B1Row(label, len(bodies), stats.count, end - started))
+                runs.append(await _timed(sink, p, label, bodies, post))
             if log is not None:
                 log.close()
     runs.sort(key=lambda r: r.rate)

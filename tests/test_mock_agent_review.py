@@ -19,7 +19,7 @@ from a2a_push.testing import WebhookSink
 from examples.mock_agent import MAX_MESSAGE_DEPTH, create_app
 
 from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
-from .test_mock_agent import kinds
+from .test_mock_agent import kinds, message
 
 ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
 BOB = {"Authorization": "Bearer bob-token", "A2A-Version": "1.0"}
@@ -45,15 +45,6 @@ async def running_agent(tmp_path: Path, gateway_url: str | None = None) -> Async
         yield str(server.make_url("")).rstrip("/")
     finally:
         await server.close()
-
-
-def message(text: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "role": "ROLE_USER",
-        "parts": [{"text": text}],
-        **fields,
-    }
 
 
 async def rpc(
