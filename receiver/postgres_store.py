@@ -23,6 +23,7 @@ from .store import (
     Subscription,
     TaskEvent,
     TaskSnapshot,
+    purge_statements,
     snapshot_from_row,
     subscription_from_row,
     supersedes,
@@ -249,20 +250,14 @@ class PostgresReceiverStore(ReceiverStore):
         history_before: float | None = None,
         body_hashes_before: float | None = None,
     ) -> int:
+        statements = purge_statements(
+            seen_before=seen_before,
+            notifications_before=notifications_before,
+            history_before=history_before,
+            body_hashes_before=body_hashes_before,
+        )
+
         async def op(conn: Any) -> int:
-            statements = [
-                ("purge_seen", seen_before),
-                ("purge_notifications", notifications_before),
-            ]
-            if body_hashes_before is not None:
-                statements.append(("purge_body_hashes", body_hashes_before))
-            if history_before is not None:
-                # In this order: a task whose last subscription goes now goes too, and
-                # then its events.
-                statements += [
-                    (name, history_before)
-                    for name in ("purge_deleted_subscriptions", "purge_tasks", "purge_events")
-                ]
             count = 0
             for name, before in statements:
                 status = await conn.execute(self._sql[name], before)

@@ -18,6 +18,7 @@ from .store import (
     Subscription,
     TaskEvent,
     TaskSnapshot,
+    purge_statements,
     snapshot_from_row,
     subscription_from_row,
     supersedes,
@@ -207,21 +208,18 @@ class SQLiteReceiverStore(ReceiverStore):
         history_before: float | None = None,
         body_hashes_before: float | None = None,
     ) -> int:
+        statements = purge_statements(
+            seen_before=seen_before,
+            notifications_before=notifications_before,
+            history_before=history_before,
+            body_hashes_before=body_hashes_before,
+        )
+
         def op(conn: sqlite3.Connection) -> int:
-            count = conn.execute(self._sql["purge_seen"], (seen_before,)).rowcount
-            count += conn.execute(
-                self._sql["purge_notifications"], (notifications_before,)
-            ).rowcount
-            if body_hashes_before is not None:
-                count += conn.execute(
-                    self._sql["purge_body_hashes"], (body_hashes_before,)
-                ).rowcount
-            if history_before is not None:
-                # In this order: a task whose last subscription goes now goes too, and
-                # then its events.
-                for name in ("purge_deleted_subscriptions", "purge_tasks", "purge_events"):
-                    count += conn.execute(self._sql[name], (history_before,)).rowcount
-            return int(count)
+            return sum(
+                int(conn.execute(self._sql[name], (before,)).rowcount)
+                for name, before in statements
+            )
 
         return await self._write(op)
 

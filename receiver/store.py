@@ -271,3 +271,24 @@ def snapshot_from_row(row: Any) -> TaskSnapshot:
         task=json.loads(row["snapshot"]),
         updated_at=row["updated_at"],
     )
+
+
+def purge_statements(
+    *,
+    seen_before: float,
+    notifications_before: float,
+    history_before: float | None,
+    body_hashes_before: float | None,
+) -> list[tuple[str, float]]:
+    """What :meth:`ReceiverStore.purge` runs: each backend's query of that name (in its
+    ``queries.sql``) with its cut-off, in this order."""
+    statements = [("purge_seen", seen_before), ("purge_notifications", notifications_before)]
+    if body_hashes_before is not None:
+        statements.append(("purge_body_hashes", body_hashes_before))
+    if history_before is not None:
+        # In this order: a task whose last subscription goes now goes too, then its events.
+        statements += [
+            (name, history_before)
+            for name in ("purge_deleted_subscriptions", "purge_tasks", "purge_events")
+        ]
+    return statements
