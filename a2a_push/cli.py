@@ -745,16 +745,17 @@ def _cmd_keys_rotate(args: argparse.Namespace) -> int:
                 for k in os.environ.get("A2A_GATEWAY_ENCRYPTION_KEYS", "").split(",")
                 if k.strip()
             ]
+        from .gateway.state import sqlite_state_path
+
         database = str(args.database)
-        if not database.startswith(("postgres://", "postgresql://")):
-            outbox = Path(database.removeprefix("sqlite:///"))
-            state = outbox.with_name(outbox.stem + "-gateway.db")
-            if not state.is_file():
-                # A typo must not mint a signing key in a new, unused database.
-                raise CLIError(
-                    f"no gateway database at {outbox} (no {state.name} beside it); give "
-                    "the --database the gateway runs with, or start the gateway once"
-                )
+        state = sqlite_state_path(database)
+        if state is not None and not state.is_file():
+            # A typo must not mint a signing key in a new, unused database.
+            raise CLIError(
+                f"no gateway database at {database.removeprefix('sqlite:///')} (no "
+                f"{state.name} beside it); give the --database the gateway runs with, or "
+                "start the gateway once"
+            )
         kid, alg = rotate_in_database(database, args.alg, keys or None)
         print(f"new active kid: {kid} ({alg})")
         _note("running gateways switch to the new key within their key_reload_interval (10 s)")

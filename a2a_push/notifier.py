@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .delivery.dispatcher import Dispatcher, DispatcherOptions
+from .delivery.dispatcher import Dispatcher, DispatcherOptions, longest_claim
 from .delivery.health import EndpointHealth
 from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
@@ -505,9 +505,11 @@ def _task_scoped_key(task_id: str, key: str) -> str:
 
 def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeouts) -> None:
     """A claim must end before its lease does, or the lane could be claimed twice."""
-    longest = (
-        retry.quick_attempts * (timeouts.total + retry.quick_retry_after_max)
-        + options.lease_seconds / 4  # the longest wait for an endpoint slot
+    longest = longest_claim(
+        lease_seconds=options.lease_seconds,
+        quick_attempts=retry.quick_attempts,
+        total_timeout=timeouts.total,
+        quick_pause=retry.quick_retry_after_max,
     )
     if options.lease_seconds <= longest:
         raise ValueError(

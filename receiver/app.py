@@ -31,6 +31,7 @@ from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
 from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
+from a2a_push.store import is_postgres_url
 
 from .agent_client import AgentCallError, AgentClient
 from .fetcher import TaskFetcher
@@ -797,7 +798,7 @@ def card_jwks_uri(card: object) -> str | None:
 def open_receiver_store(settings: ReceiverSettings) -> ReceiverStore:
     """PostgreSQL for a ``postgresql://`` database (replicas share it), else SQLite."""
     database = settings.database_url
-    if database.startswith(("postgres://", "postgresql://")):
+    if is_postgres_url(database):
         from .postgres_store import PostgresReceiverStore
 
         return PostgresReceiverStore(database)

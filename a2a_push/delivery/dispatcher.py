@@ -33,6 +33,17 @@ log = logging.getLogger("a2a_push.dispatcher")
 # most this many times in a row; then the lane goes back to the outbox behind the lanes
 # already waiting, so a few busy tasks cannot keep an endpoint's slots from the others.
 CHAIN_LIMIT = 16
+# The share of lease_seconds one claim may spend waiting for endpoint slots.
+SLOT_WAIT_SHARE = 0.25
+
+
+def longest_claim(
+    *, lease_seconds: float, quick_attempts: int, total_timeout: float, quick_pause: float
+) -> float:
+    """The longest one claim can take: every quick attempt timing out, the pauses between
+    them, and the endpoint-slot waits. A lease must be longer, or the lane could be
+    claimed again while the first claim is still sending."""
+    return quick_attempts * (total_timeout + quick_pause) + lease_seconds * SLOT_WAIT_SHARE
 
 
 @dataclass(frozen=True)
@@ -217,7 +228,9 @@ class Dispatcher:
             if config is None or not config.enabled:
                 await self._drop_unsendable(delivery)
                 return
-            endpoint = endpoint_of(config.url)
+            # Parsed once, by the claim loop (None only for a URL that does not parse:
+            # parsing again raises, and the delivery is dead-lettered below).
+            endpoint = held if held is not None else endpoint_of(config.url)
             retry_at = self.health.admit(endpoint, time.time())
             if retry_at is not None:
                 await self._defer(delivery, retry_at)
@@ -356,7 +369,7 @@ class Dispatcher:
         first_round = delivery.rounds == 0
         # All of this claim's waits for an endpoint slot share one budget, so the claim
         # ends before its lease (see the lease check in the notifier).
-        slot_deadline = time.monotonic() + self.options.lease_seconds / 4
+        slot_deadline = time.monotonic() + self.options.lease_seconds * SLOT_WAIT_SHARE
 
         async def attempt() -> HTTPResult:
             # An endpoint slot is held only for the HTTP exchange itself, not while the

@@ -38,6 +38,7 @@ from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import PushNotifier
+from a2a_push.protocol.constants import HEADER_RETRY_AFTER
 from a2a_push.protocol.jsonrpc import A2AError
 from a2a_push.protocol.types import (
     StreamResponse,
@@ -46,19 +47,20 @@ from a2a_push.protocol.types import (
     TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
+    is_text,
 )
 from a2a_push.server import PushConfigService, mount
+from a2a_push.server.push_config import RETRY_AFTER_SECONDS
 from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
 from .settings import GatewaySettings
-from .state import GatewayState, open_gateway_state
+from .state import GatewayState, TaskOwner, open_gateway_state
 
 log = logging.getLogger(__name__)
 
 HEADER_OWNER: Final = "X-A2A-Owner"
 HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
-RETRY_AFTER_SECONDS: Final = "2"
 _OWNER_CACHE: Final = 100_000
 
 
@@ -174,16 +176,17 @@ class Gateway:
         Never claims: reading a task id nobody has named must not make it the reader's."""
         agent_id = owner.split("/", 1)[0]
         cached = self._owners.get(task_id)
-        if cached is None:
-            known = await self.state.owner(task_id)
-            if known is None or known.agent_id != agent_id:
-                return None
-        elif cached != agent_id:
+        if cached is not None and cached != agent_id:
             return None
-        return await self._task(task_id)
-
-    async def _task(self, task_id: str) -> Task:
         known = await self.state.owner(task_id)
+        if known is None or known.agent_id != agent_id:
+            return None
+        return await self._task(task_id, known)
+
+    async def _task(self, task_id: str, known: TaskOwner | None = None) -> Task:
+        """The task as the gateway knows it (its latest recorded status and context)."""
+        if known is None:
+            known = await self.state.owner(task_id)
         status = (known.status if known else None) or {"state": TaskState.SUBMITTED.value}
         try:
             return Task(
@@ -200,13 +203,6 @@ class Gateway:
 def _digest(value: str) -> str:
     # Header values may hold undecodable bytes (as surrogates): never a 500 for those.
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _scoped_key(agent_id: str, task_id: str, key: str) -> str:
-    """The outbox idempotency key: one agent's key for one task. Hashed from an unambiguous
-    encoding (ids and keys may both hold '/'), so keys of different tasks never collide."""
-    scope = json.dumps([agent_id, task_id, key], ensure_ascii=True)
-    return "gw:" + hashlib.sha256(scope.encode("ascii")).hexdigest()
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
@@ -226,20 +222,14 @@ def _unavailable(exc: Exception) -> web.Response:
         503,
         "unavailable",
         "the database is unavailable; nothing was written; retry after a moment",
-        **{"Retry-After": RETRY_AFTER_SECONDS},
+        **{HEADER_RETRY_AFTER: RETRY_AFTER_SECONDS},
     )
 
 
 def valid_task_id(value: str) -> bool:
-    """Text a database can store as an id, as the push-config methods require it too:
-    non-empty, no NUL (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
-    if not value or "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """Text a database can store as an id, by the push-config methods' rule: non-empty,
+    no NUL (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
+    return bool(value) and is_text(value)
 
 
 def _finite(text: str) -> float:
@@ -331,7 +321,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         result = await gw.notifier.publish(
             task_id,
             event,
-            idempotency_key=_scoped_key(agent_id, task_id, key) if key else None,
+            # The notifier scopes keys to the task; agent ids hold no "/" (settings).
+            idempotency_key=f"{agent_id}/{key}" if key else None,
         )
         return web.json_response(
             {"taskId": task_id, "seq": result.seq, "deliveries": len(result.delivery_ids)},

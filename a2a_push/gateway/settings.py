@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from a2a_push.delivery.dispatcher import longest_claim
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.settings_files import (
     SettingsError,
@@ -26,6 +27,7 @@ from a2a_push.settings_files import (
     read_config_file,
     service_base_url,
 )
+from a2a_push.store import is_postgres_url
 
 ENV_PREFIX: Final = "A2A_GATEWAY_"
 DEFAULT_PORT: Final = 8080
@@ -75,8 +77,12 @@ class GatewaySettings(_Model):
         # As the notifier checks (a claim outliving its lease could be sent twice), but
         # in the gateway's own terms.
         quick_pause = RetryPolicy().quick_retry_after_max
-        longest = self.quick_attempts * (self.request_timeout + quick_pause)
-        longest += self.lease_seconds / 4  # the longest wait for an endpoint slot
+        longest = longest_claim(
+            lease_seconds=self.lease_seconds,
+            quick_attempts=self.quick_attempts,
+            total_timeout=self.request_timeout,
+            quick_pause=quick_pause,
+        )
         if self.lease_seconds <= longest:
             raise ValueError(
                 f"lease_seconds ({self.lease_seconds:g}) must be longer than one claim can "
@@ -101,7 +107,7 @@ class GatewaySettings(_Model):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str) -> str:
-        if value.startswith(("postgres://", "postgresql://")) or not value:
+        if is_postgres_url(value) or not value:
             return value
         if value.startswith("sqlite://"):
             if not value.startswith("sqlite:///") or value == "sqlite:///":
@@ -125,7 +131,7 @@ class GatewaySettings(_Model):
 
     @property
     def is_postgres(self) -> bool:
-        return self.database_url.startswith(("postgres://", "postgresql://"))
+        return is_postgres_url(self.database_url)
 
 
 def load_gateway_settings(

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
+from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
 
 _SQLITE_SCHEMA: Final = """
@@ -371,10 +372,19 @@ class PostgresGatewayState(GatewayState):
 def open_gateway_state(database: str, encryption_keys: Sequence[str] | None = None) -> GatewayState:
     """PostgreSQL state for a ``postgresql://`` database; for a SQLite outbox file, a
     ``<name>-gateway.db`` file beside it."""
-    if database.startswith(("postgres://", "postgresql://")):
+    path = sqlite_state_path(database)
+    if path is None:
         return PostgresGatewayState(database, encryption_keys)
-    path = Path(database.removeprefix("sqlite:///"))
-    return SQLiteGatewayState(path.with_name(path.stem + "-gateway.db"), encryption_keys)
+    return SQLiteGatewayState(path, encryption_keys)
+
+
+def sqlite_state_path(database: str) -> Path | None:
+    """The gateway's own SQLite file beside a SQLite outbox (``<name>-gateway.db``);
+    None for PostgreSQL, where the state lives in the same database."""
+    if is_postgres_url(database):
+        return None
+    outbox = Path(database.removeprefix("sqlite:///"))
+    return outbox.with_name(outbox.stem + "-gateway.db")
 
 
 def _dump(value: dict[str, Any] | None) -> str | None:

@@ -182,7 +182,7 @@ _BASE64: Final = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 def _reject_control_chars(value: str | None, field: str) -> str | None:
     if value is not None and _CONTROL_CHARS.search(value):
         raise ValueError(f"{field} must not contain CR, LF or other control characters")
-    return _reject_surrogates(value, field)
+    return check_text(value, field)
 
 
 # Lone UTF-16 surrogates (e.g. "\ud800" in JSON) are not text: they cannot be stored as
@@ -190,16 +190,22 @@ def _reject_control_chars(value: str | None, field: str) -> str | None:
 _NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
-def _reject_surrogates(value: str | None, field: str) -> str | None:
-    if value is not None and _NOT_TEXT.search(value):
+def is_text(value: str) -> bool:
+    """Whether every store can keep ``value``: no NUL (PostgreSQL refuses it) and no
+    lone surrogate (UTF-8 cannot encode it)."""
+    return not _NOT_TEXT.search(value)
+
+
+def check_text(value: str | None, field: str) -> str | None:
+    """``value`` unchanged, or ValueError naming ``field`` when it is not :func:`is_text`."""
+    if value is not None and not is_text(value):
         raise ValueError(f"{field} must be valid Unicode text (no NUL, no lone surrogate)")
     return value
 
 
-def check_text(value: str | None, field: str) -> str | None:
-    """``value`` unchanged, or ValueError when it holds NUL or a lone surrogate: ids that
-    every store can keep (PostgreSQL refuses NUL, UTF-8 cannot encode a surrogate)."""
-    return _reject_surrogates(value, field)
+def text_field(value: str | None, info: ValidationInfo) -> str | None:
+    """A pydantic field check: :func:`check_text`, naming the field in camelCase."""
+    return check_text(value, to_camel(info.field_name or "value"))
 
 
 def _empty_to_none(value: Any) -> Any:
@@ -452,7 +458,4 @@ class TaskPushNotificationConfig(A2AModel):
     def _no_control_chars(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _reject_control_chars(value, to_camel(info.field_name or "value"))
 
-    @field_validator("tenant", "id", "task_id")
-    @classmethod
-    def _text_only(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return _reject_surrogates(value, to_camel(info.field_name or "value"))
+    _text_only = field_validator("tenant", "id", "task_id")(text_field)

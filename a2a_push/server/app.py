@@ -20,7 +20,12 @@ from aiohttp import web
 
 from ..errors import StoreUnavailableError
 from ..notifier import JWKS_PATH
-from ..protocol.constants import A2A_MEDIA_TYPE, HEADER_A2A_VERSION, VERSION_0_3
+from ..protocol.constants import (
+    A2A_MEDIA_TYPE,
+    HEADER_A2A_VERSION,
+    HEADER_RETRY_AFTER,
+    VERSION_0_3,
+)
 from ..protocol.jsonrpc import (
     CONTENT_TYPE_NOT_SUPPORTED,
     INTERNAL_ERROR,
@@ -136,7 +141,7 @@ def mount(
         except _Refused as refused:
             return web.json_response(failure(None, refused.error), status=refused.status)
         status, payload = await service.handle_jsonrpc(body, request.headers)
-        headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+        headers = {HEADER_RETRY_AFTER: RETRY_AFTER_SECONDS} if status == 503 else None
         if payload is None:
             return web.Response(status=status, headers=headers)
         return web.json_response(payload, status=status, dumps=_dumps, headers=headers)
@@ -177,7 +182,7 @@ def mount(
         except StoreUnavailableError as exc:
             log.warning("push-config REST %s: the store is unavailable (%s)", request.path, exc)
             response = _rest_error(A2AError.internal_error(STORE_UNAVAILABLE), 503)
-            response.headers["Retry-After"] = RETRY_AFTER_SECONDS
+            response.headers[HEADER_RETRY_AFTER] = RETRY_AFTER_SECONDS
             return response
         except Exception:
             log.exception("push-config REST %s %s failed", request.method, request.path)

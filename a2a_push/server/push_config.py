@@ -27,8 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from pydantic import Field, StrictStr, ValidationError, ValidationInfo, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, StrictStr, ValidationError, field_validator
 
 from ..errors import InvalidConfigError, StoreUnavailableError
 from ..notifier import PushNotifier
@@ -39,7 +38,7 @@ from ..protocol.types import (
     AuthenticationInfo,
     Task,
     TaskPushNotificationConfig,
-    check_text,
+    text_field,
 )
 from ..protocol.v03 import config_from_v03, config_to_v03
 from ..store import StoredConfig
@@ -139,10 +138,7 @@ class _ConfigRef(A2AModel):
     task_id: StrictStr = Field(min_length=1)
     id: StrictStr = Field(min_length=1)
 
-    @field_validator("tenant", "task_id", "id")
-    @classmethod
-    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_text(value, to_camel(info.field_name or "value"))
+    _text = field_validator("tenant", "task_id", "id")(text_field)
 
 
 class _ListParams(A2AModel):
@@ -153,10 +149,7 @@ class _ListParams(A2AModel):
     page_size: int | None = None
     page_token: StrictStr | None = None
 
-    @field_validator("tenant", "task_id", "page_token")
-    @classmethod
-    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_text(value, to_camel(info.field_name or "value"))
+    _text = field_validator("tenant", "task_id", "page_token")(text_field)
 
     @field_validator("page_size", mode="before")
     @classmethod
@@ -178,10 +171,7 @@ class _V03TaskRef(A2AModel):
     id: StrictStr = Field(min_length=1)
     push_notification_config_id: StrictStr | None = None
 
-    @field_validator("id", "push_notification_config_id")
-    @classmethod
-    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return check_text(value, to_camel(info.field_name or "value"))
+    _text = field_validator("id", "push_notification_config_id")(text_field)
 
 
 # --------------------------------------------------------------------------- the service
@@ -189,7 +179,7 @@ class _V03TaskRef(A2AModel):
 
 # What a caller is told while the store is unavailable (the cause is logged, not sent).
 STORE_UNAVAILABLE: Final = "the push-config store is unavailable; retry after a moment"
-RETRY_AFTER_SECONDS: Final = "2"
+RETRY_AFTER_SECONDS: Final = "2"  # what a 503 asks callers to wait
 
 
 class PushConfigService:

@@ -60,6 +60,14 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+POSTGRES_SCHEMES = ("postgres://", "postgresql://")
+
+
+def is_postgres_url(url: str | Path) -> bool:
+    """Whether ``url`` names a PostgreSQL database (else it is SQLite or memory)."""
+    return str(url).startswith(POSTGRES_SCHEMES)
+
+
 def open_store(url: str | Path, options: StoreOptions | None = None) -> Store:
     """A store for ``url``: ``memory://``, ``sqlite:///path/to/file.db``, a plain file path,
     or ``postgresql://user@host:port/database`` (``postgres://`` too; needs the
@@ -79,7 +87,7 @@ def open_store(url: str | Path, options: StoreOptions | None = None) -> Store:
                 "or sqlite:////absolute/path.db"
             )
         return SQLiteStore(path, options)
-    if text.startswith(("postgres://", "postgresql://")):
+    if is_postgres_url(text):
         try:
             from .postgres import PostgresStore
         except ModuleNotFoundError as exc:
