@@ -74,7 +74,7 @@ from a2a_push.protocol.v03 import V03FormatError, config_to_v03, message_from_v0
 from a2a_push.server import PushConfigService, agent_card_push_fields, mount, negotiate_version
 from a2a_push.server.app import JSON_MEDIA_TYPES
 from a2a_push.server.inline import parse_inline_config, register_inline_config
-from a2a_push.server.push_config import task_id_of
+from a2a_push.server.push_config import CREATE, V03_SET, task_id_of
 
 log = logging.getLogger("a2a_push.mock_agent")
 
@@ -567,16 +567,14 @@ class MockAgent:
             # an id-less config is keyed by its task).
             config = config.model_copy(update={"task_id": task.id, "id": config.id or task.id})
             await self.gateway.call(
-                "tasks/pushNotificationConfig/set",
+                V03_SET,
                 config_to_v03(config),
                 owner=owner,
                 version=VERSION_0_3,
             )
             return
         params = config.model_copy(update={"task_id": task.id}).to_json_dict()
-        await self.gateway.call(
-            "CreateTaskPushNotificationConfig", params, owner=owner, version=VERSION_1_0
-        )
+        await self.gateway.call(CREATE, params, owner=owner, version=VERSION_1_0)
 
     async def _publish(
         self, task: Task, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent

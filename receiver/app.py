@@ -28,7 +28,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from a2a_push.httputil import read_at_most
-from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
+from a2a_push.protocol.constants import (
+    A2A_MEDIA_TYPE,
+    HEADER_RETRY_AFTER,
+    HEADER_WEBHOOK_SIGNATURE,
+)
 from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.store import is_postgres_url
@@ -40,6 +44,7 @@ from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings
 from .sqlite_store import SQLiteReceiverStore
 from .store import Notification, ReceiverStore, Subscription, SubscriptionState, TaskEvent
 from .verify import (
+    ISSUER_HINT,
     MAX_ID_LENGTH,
     MAX_JWKS_BYTES,
     AuthMethod,
@@ -164,7 +169,6 @@ def _body_task(body: bytes) -> tuple[str, str, bool]:
     # Printable: the id is a storage key, and lone surrogates cannot even be encoded.
     if not is_valid_id(task_id):
         raise WebhookRejected(400, "malformed", "the payload names no valid task id")
-    assert isinstance(task_id, str)
     return kind, task_id, _is_urgent(payload)
 
 
@@ -188,9 +192,11 @@ class Receiver:
         # one gateway): each issuer keeps every agent that accepts it, those whose own
         # URL it is first.
         self._by_issuer: dict[str, list[AgentSettings]] = {}
+        # Only agents that accept JWTs: the issuer is how a JWT names its agent.
         for agent in sorted(settings.agents, key=lambda a: len(a.issuers)):
-            for issuer in agent.issuers:
-                self._by_issuer.setdefault(issuer, []).append(agent)
+            if AuthMethod.JWT in agent.methods:
+                for issuer in agent.issuers:
+                    self._by_issuer.setdefault(issuer, []).append(agent)
         for issuer, agents in self._by_issuer.items():
             agents.sort(key=lambda a: a.key != issuer.rstrip("/"))
         self._api_keys: dict[str, str] = {}  # key digest -> client id
@@ -479,7 +485,6 @@ class Receiver:
             claims = unverified_claims(jwt_value)
             issuer = claims.get("iss")
             agents = self._by_issuer.get(issuer, []) if isinstance(issuer, str) else []
-            agents = [a for a in agents if AuthMethod.JWT in a.methods]
             if len(agents) > 1:
                 agents = await self._likely_first(agents, claims)
             if agents:
@@ -564,9 +569,7 @@ class Receiver:
                     401,
                     "bad_issuer",
                     f"the JWT issuer {str(issuer)[:200]!r} is not the one configured for the "
-                    f"agent this token belongs to ({', '.join(agent.issuers)}); for an agent "
-                    "whose webhooks a gateway sends, set the agent's issuer to the gateway's "
-                    "public URL",
+                    f"agent this token belongs to ({', '.join(agent.issuers)}){ISSUER_HINT}",
                 )
             if len(candidates) == 1 or verified.claims is None:
                 return agent, verified
@@ -632,13 +635,13 @@ class Receiver:
         created moments ago that this process did not confirm gets 409: it may not exist
         on the agent yet.
         """
+        # The rule webhooks are held to: a task no webhook could name cannot be followed.
+        _require_id(task_id, "taskId")
         agent = self.settings.agent(agent_url)
         if agent is None:
             raise ClientError(
                 400, "unknown_agent", f"{agent_url!r} is not one of this receiver's agents"
             )
-        if not is_valid_id(task_id):
-            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
         key = (client_id, agent.key, task_id)
         pending = self._creating.get(key)
         if pending is not None:
@@ -760,8 +763,7 @@ class Receiver:
     async def task_for_client(
         self, client_id: str, task_id: str, agent_url: str | None
     ) -> dict[str, Any]:
-        if not is_valid_id(task_id):
-            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
+        _require_id(task_id, "taskId")
         subs = [
             s
             for s in await self.store.list_subscriptions(client_id)
@@ -779,6 +781,12 @@ class Receiver:
 
 
 _INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
+
+
+def _require_id(value: str, name: str) -> None:
+    """A client API id held to the webhook rule (:func:`is_valid_id`), else a 400."""
+    if not is_valid_id(value):
+        raise ClientError(400, "invalid", _INVALID_ID.format(name))
 
 
 def card_jwks_uri(card: object) -> str | None:
@@ -827,8 +835,9 @@ def _default_keys(path: Path) -> dict[str, str]:
 RECEIVER: Final = web.AppKey("a2a_push_receiver", Receiver)
 
 
-def _json(status: int, body: Any) -> web.Response:
-    return web.json_response(body, status=status)
+def _json(status: int, body: Any, *, retry_after: int | None = None) -> web.Response:
+    headers = None if retry_after is None else {HEADER_RETRY_AFTER: str(retry_after)}
+    return web.json_response(body, status=status, headers=headers)
 
 
 @web.middleware
@@ -838,10 +847,7 @@ async def _errors(
     try:
         return await handler(request)
     except ClientError as exc:
-        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
-        return web.json_response(
-            error_body(exc.reason, str(exc)), status=exc.status, headers=headers
-        )
+        return _json(exc.status, error_body(exc.reason, str(exc)), retry_after=exc.retry_after)
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return _json(exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason))
@@ -871,12 +877,7 @@ def create_app(
             core.metrics.webhooks.labels("too_large").inc()
             return _json(413, error_body("too_large", f"the body is over {limit} bytes"))
         status, result = await core.handle_webhook(request.headers, body, request.content_type)
-        retry_after = result.get("retryAfter")
-        if retry_after is not None:
-            return web.json_response(
-                result, status=status, headers={"Retry-After": str(retry_after)}
-            )
-        return _json(status, result)
+        return _json(status, result, retry_after=result.get("retryAfter"))
 
     async def json_body(request: web.Request) -> dict[str, Any]:
         if request.content_type not in JSON_TYPES:
@@ -901,10 +902,8 @@ def create_app(
         agent_url, task_id = data.get("agentUrl"), data.get("taskId")
         if not isinstance(agent_url, str) or not agent_url or len(agent_url) > 2048:
             raise ClientError(400, "invalid", "agentUrl: a non-empty string is required")
-        # The rule webhooks are held to: a task no webhook could name cannot be followed.
-        if not is_valid_id(task_id):
+        if not isinstance(task_id, str):
             raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
-        assert isinstance(task_id, str)
         sub, created = await core.subscribe(client_id, agent_url, task_id)
         return _json(201 if created else 200, sub.to_json())
 
@@ -935,8 +934,8 @@ def create_app(
         if limit < 1:
             raise ClientError(400, "invalid", "limit: must be at least 1")
         context_id = request.query.get("contextId")
-        if context_id is not None and not is_valid_id(context_id):
-            raise ClientError(400, "invalid", _INVALID_ID.format("contextId"))
+        if context_id is not None:
+            _require_id(context_id, "contextId")
         snaps = await core.store.snapshots_for_client(client_id, context_id=context_id, limit=limit)
         return _json(200, {"tasks": [s.task for s in snaps]})
 

@@ -63,18 +63,6 @@ class PostgresReceiverStore(ReceiverStore):
         settings = {"search_path": self.schema} if self.schema else {}
         settings["application_name"] = "a2a-push-receiver"
         try:
-            if self.schema:
-                conn = await asyncpg.connect(self.dsn, timeout=5)
-                try:
-                    # Workers opening a new schema together: CREATE SCHEMA IF NOT EXISTS
-                    # is not safe concurrently, so under a lock of its own.
-                    async with conn.transaction():
-                        await conn.execute(
-                            "SELECT pg_advisory_xact_lock(hashtext($1))", "a2a-push-receiver-schema"
-                        )
-                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                finally:
-                    await conn.close()
             self._pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=1,
@@ -84,7 +72,7 @@ class PostgresReceiverStore(ReceiverStore):
                 command_timeout=30,
             )
             async with self._pool.acquire() as conn:
-                await _migrate(conn)
+                await _migrate(conn, self.schema)
         except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
         self._listener = asyncio.create_task(self._listen(), name="receiver-pg-listen")
@@ -364,9 +352,13 @@ class PostgresReceiverStore(ReceiverStore):
         return int((await self._fetch("latest_event_id"))[0][0])
 
 
-async def _migrate(conn: Any) -> None:
+async def _migrate(conn: Any, schema: str | None) -> None:
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_MIGRATIONS)
     try:
+        if schema:
+            # Under the lock: CREATE SCHEMA IF NOT EXISTS is not safe concurrently, and
+            # workers open a new schema together.
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS receiver_schema_migrations "
             "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"

@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -99,13 +99,13 @@ def _unauthorized(reason: str, message: str) -> WebhookRejected:
     return WebhookRejected(401, reason, message)
 
 
-_ISSUER_HINT: Final = (
+ISSUER_HINT: Final = (
     " (for an agent whose webhooks a gateway sends, set the agent's issuer to the "
     "gateway's public URL)"
 )
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[str]:
     """Whether ``value`` may name a task, context or webhook: 1 to 256 printable
     characters (no NUL or other control characters, no lone surrogates)."""
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
@@ -549,7 +549,7 @@ class WebhookVerifier:
                 now=int(current),
             )
         except JWTVerificationError as exc:
-            hint = _ISSUER_HINT if exc.reason == "bad_issuer" else ""
+            hint = ISSUER_HINT if exc.reason == "bad_issuer" else ""
             raise _unauthorized(exc.reason, f"the JWT was refused: {exc}{hint}") from exc
         iat = float(claims["iat"])
         if abs(current - iat) > policy.freshness_seconds:
