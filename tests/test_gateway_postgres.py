@@ -402,3 +402,32 @@ async def test_a_database_outage_gets_503_with_retry_after_and_then_recovers() -
     finally:
         await server.close()
         await proxy.stop()
+
+
+async def test_rotating_keys_in_a_schema_no_gateway_uses_mints_no_key() -> None:
+    dsn = require_postgres()
+    schema = postgres_schema()  # dropped after the test by conftest
+    await _create_schema(dsn, schema)
+    database = f"{dsn}?search_path={schema}"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "a2a_push",
+        "keys",
+        "rotate",
+        "--database",
+        database,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode != 0, out.decode()
+    assert "no gateway has started on it" in err.decode()
+    assert "Traceback" not in err.decode()
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM gateway_signing_keys") == 0
+    finally:
+        await conn.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from a2a_push.signing.keys import Algorithm
+from a2a_push.signing.keys import Algorithm, KeyStoreError
 
 from .settings import DEFAULT_PORT, ENV_PREFIX, GatewaySettingsError, load_gateway_settings
 from .state import open_gateway_state
@@ -141,7 +141,13 @@ def rotate_in_database(
         state = open_gateway_state(database, encryption_keys)
         await state.open()
         try:
-            current = await state.load_keys()
+            current = await state.load_keys(create=False)
+            if not current:
+                # A typo'd database (or schema) must not get a key no gateway signs with.
+                raise KeyStoreError(
+                    "no signing keys in this database: no gateway has started on it; give "
+                    "the --database the gateway runs with, or start the gateway once"
+                )
             active = [k for k in current if k.retired_at is None]
             new = await state.rotate_key(alg or (active[0].alg if active else "ES256"))
             return new.kid, new.alg

@@ -127,9 +127,14 @@ class GatewayState(abc.ABC):
         private_key = serialization.load_pem_private_key(pem.encode("ascii"), password=None)
         return SigningKey(kid, alg, private_key, created, retired)  # type: ignore[arg-type]
 
-    async def load_keys(self, alg: Algorithm = DEFAULT_ALGORITHM) -> list[SigningKey]:
-        """Every stored key; on a fresh database, one new ``alg`` key is created first."""
+    async def load_keys(
+        self, alg: Algorithm = DEFAULT_ALGORITHM, *, create: bool = True
+    ) -> list[SigningKey]:
+        """Every stored key; on a fresh database, one new ``alg`` key is created first
+        (``create=False``: an empty list instead)."""
         rows = await self._load_rows()
+        if not rows and not create:
+            return []
         if not rows:
             await self.rotate_key(alg)
             rows = await self._load_rows()
