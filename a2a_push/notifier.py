@@ -388,14 +388,14 @@ class PushNotifier:
     async def catch_up(
         self,
         config: StoredConfig,
-        snapshot: Task,
+        snapshot: Task | None,
         read: Callable[[], Awaitable[Task | None]],
         *,
         rounds: int = 3,
     ) -> None:
-        """After registering ``config`` with ``snapshot`` (read before it was stored):
-        send it the task as ``read()`` finds it now, if that differs, and again until a
-        read after the last send matches what was sent.
+        """After registering ``config`` with ``snapshot`` (read before it was stored;
+        None: no snapshot was queued): send it the task as ``read()`` finds it now, if
+        that differs, and again until a read after the last send matches what was sent.
 
         A publish that landed between the snapshot's read and the config being stored
         was not fanned out to the config (it did not exist yet). An agent records a

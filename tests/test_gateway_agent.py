@@ -142,11 +142,16 @@ async def test_in_gateway_mode_only_a_tasks_caller_manages_its_configs_and_v03_s
                 assert created["error"]["code"] == -32001, created
                 listed = await call("ListTaskPushNotificationConfigs", {"taskId": task_id}, bob)
                 assert listed["error"]["code"] == -32001, listed
-            await sink.wait_for(2, path="/hook")
+            await sink.wait_for(4, path="/hook")  # submitted, working, artifact, completed
             hooks = sink.on("/hook")
-            # Registered by a v0.3 request: v0.3 webhooks (a bare Task with "kind").
+            # Registered by a v0.3 request: v0.3 webhooks, every one the whole Task (with
+            # "kind": "task"), as v0.3 receivers expect, never an event's own shape.
             assert all(h.header("A2A-Version") == "0.3" for h in hooks)
-            assert json.loads(hooks[0].body).get("kind") == "task"
+            bodies = [json.loads(h.body) for h in hooks]
+            assert [b.get("kind") for b in bodies] == ["task"] * 4, bodies
+            assert all(b["id"] == task_id and b["contextId"] for b in bodies)
+            assert bodies[-1]["status"]["state"] == "completed"
+            assert any(b.get("artifacts") for b in bodies)
             assert sink.on("/bob") == []
         finally:
             await agent.close()

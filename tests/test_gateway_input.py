@@ -187,8 +187,8 @@ async def test_idempotency_keys_of_different_tasks_never_collide(gateway: Gatewa
         )
         assert first[0] == second[0] == 202
         assert second[1]["taskId"] == "a/b" and second[1]["deliveries"] == 1
-        await sink.wait_for(4)  # each config: its snapshot, then its event
-        assert len(sink.on("/a")) == 2 and len(sink.on("/a-b")) == 2
+        await sink.wait_for(2)  # each config its event (no event known at Create: no snapshot)
+        assert len(sink.on("/a")) == 1 and len(sink.on("/a-b")) == 1
 
 
 async def test_admin_endpoints_refuse_bad_input_with_400(gateway: Gateway) -> None:
@@ -453,3 +453,39 @@ async def test_a_failed_catch_up_does_not_fail_the_create(gateway: Gateway) -> N
         assert "result" in created, created  # stored: a retry would make a second config
         listed = await rpc(session, url, "ListTaskPushNotificationConfigs", {"taskId": "T"})
         assert len(listed["result"]["configs"]) == 1
+
+
+async def test_a_config_created_before_any_event_gets_no_made_up_snapshot(
+    gateway: Gateway,
+) -> None:
+    """The gateway knows no contextId before the agent's first event: the config's first
+    webhook is that event, not an invented snapshot."""
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        assert "result" in await _create_in_background(session, url, sink)
+        assert (await _post_event(session, url, "T", TaskState.WORKING))[1]["deliveries"] == 1
+        await sink.wait_for(1, path="/T")
+        await asyncio.sleep(0.2)
+        bodies = [json.loads(h.body) for h in sink.on("/T")]
+        assert len(bodies) == 1 and "statusUpdate" in bodies[0], bodies
+
+
+async def test_a_first_event_posted_while_a_config_is_created_is_sent_as_a_snapshot(
+    gateway: Gateway,
+) -> None:
+    """Create reads 'nothing known', then the task's first event is posted before the
+    config is stored (so it is not fanned out to it): the catch-up sends the config the
+    task as that event left it, with the agent's contextId."""
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        gw = gateway.running  # type: ignore[attr-defined]
+        read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
+        create = _create_in_background(session, url, sink)
+        await read.reached.wait()
+        code, body = await _post_event(session, url, "T", TaskState.WORKING)
+        assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
+        read.resume.set()
+        assert "result" in await create
+        await sink.wait_for(1, path="/T")
+        snapshot = json.loads(sink.on("/T")[0].body)["task"]
+        sent = status("T", TaskState.WORKING)
+        assert snapshot["contextId"] == sent.context_id != "T"
+        assert snapshot["status"]["state"] == "TASK_STATE_WORKING"

@@ -50,7 +50,7 @@ from a2a_push.protocol.types import (
     is_text,
 )
 from a2a_push.server import PushConfigService, mount
-from a2a_push.server.push_config import RETRY_AFTER_SECONDS
+from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnapshot
 from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
@@ -147,31 +147,37 @@ class Gateway:
         digest = _digest(key)
         return any(hmac.compare_digest(known, digest) for known in self._admins)
 
-    async def owns(
+    async def record(
         self, agent_id: str, task_id: str, status: dict[str, Any] | None, context: str | None
-    ) -> bool:
-        """Whether ``agent_id`` owns ``task_id`` (claiming it when new); records its status."""
+    ) -> TaskOwner | None:
+        """Claim ``task_id`` for ``agent_id`` when new and record its latest status and
+        context; the task's record after that, None when another agent owns it."""
         cached = self._owners.get(task_id)
         if cached is not None and cached != agent_id:
-            return False
-        if cached is not None and status is None and context is None:
-            return True
-        ok = await self.state.claim_task(task_id, agent_id, context_id=context, status=status)
-        if ok:
+            return None
+        found = await self.state.claim_task(task_id, agent_id, context_id=context, status=status)
+        if found is not None:
             self._owners[task_id] = agent_id
             if len(self._owners) > _OWNER_CACHE:
                 self._owners.popitem(last=False)
-        return ok
+        return found
 
-    async def task_for(self, task_id: str, owner: str) -> Task | None:
+    async def owns(self, agent_id: str, task_id: str) -> bool:
+        """Whether ``agent_id`` owns ``task_id``, claiming it when new."""
+        cached = self._owners.get(task_id)
+        if cached is not None:
+            return cached == agent_id
+        return await self.record(agent_id, task_id, None, None) is not None
+
+    async def task_for(self, task_id: str, owner: str) -> Task | NoSnapshot | None:
         """The push-config service's lookup for Create: the task if the owner's agent owns
         it, claiming a task id no agent has named yet."""
         agent_id = owner.split("/", 1)[0]
-        if not await self.owns(agent_id, task_id, None, None):
+        if not await self.owns(agent_id, task_id):
             return None
         return await self._task(task_id)
 
-    async def known_task(self, task_id: str, owner: str) -> Task | None:
+    async def known_task(self, task_id: str, owner: str) -> Task | NoSnapshot | None:
         """The lookup for Get, List and Delete: the task if the owner's agent owns it.
         Never claims: reading a task id nobody has named must not make it the reader's."""
         agent_id = owner.split("/", 1)[0]
@@ -183,21 +189,37 @@ class Gateway:
             return None
         return await self._task(task_id, known)
 
-    async def _task(self, task_id: str, known: TaskOwner | None = None) -> Task:
-        """The task as the gateway knows it (its latest recorded status and context)."""
+    async def _task(self, task_id: str, known: TaskOwner | None = None) -> Task | NoSnapshot:
+        """The task as the gateway knows it (its latest recorded status and context), or
+        NO_SNAPSHOT before its agent has posted an event with its context: a new config
+        then gets the task's events from the first one, not a made-up snapshot."""
         if known is None:
             known = await self.state.owner(task_id)
-        status = (known.status if known else None) or {"state": TaskState.SUBMITTED.value}
+        if known is None or known.context_id is None:
+            return NO_SNAPSHOT
+        status = known.status or {"state": TaskState.SUBMITTED.value}
         try:
             return Task(
                 id=task_id,
-                context_id=(known.context_id if known else None) or task_id,
+                context_id=known.context_id,
                 status=TaskStatus.model_validate(status),
             )
         except ValidationError:
-            return Task(
-                id=task_id, context_id=task_id, status=TaskStatus(state=TaskState.SUBMITTED)
-            )
+            return NO_SNAPSHOT
+
+
+def _v03_task(task_id: str, known: TaskOwner, event: Any) -> Task | None:
+    """The task as known after ``event``, for the body of v0.3 configs (v0.3 receivers
+    get the whole task, not the event): its latest context and status, and the updated
+    artifact. None (the event's own v0.3 form is sent) while no status is known yet."""
+    if isinstance(event, Task) or known.context_id is None or known.status is None:
+        return None
+    artifacts = [event.artifact] if isinstance(event, TaskArtifactUpdateEvent) else None
+    try:
+        status = TaskStatus.model_validate(known.status)
+    except ValidationError:
+        return None
+    return Task(id=task_id, context_id=known.context_id, status=status, artifacts=artifacts)
 
 
 def _digest(value: str) -> str:
@@ -316,11 +338,13 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         key = request.headers.get(HEADER_IDEMPOTENCY_KEY)
         if key is not None and not (0 < len(key) <= 255 and key.isascii() and key.isprintable()):
             return _error(400, "invalid_header", f"{HEADER_IDEMPOTENCY_KEY}: 1-255 printable ASCII")
-        if not await gw.owns(agent_id, task_id, status_json, context):
+        known = await gw.record(agent_id, task_id, status_json, context)
+        if known is None:
             return _error(404, "task_not_found", f"task {task_id!r} was not found")
         result = await gw.notifier.publish(
             task_id,
             event,
+            task=_v03_task(task_id, known, inner),
             # The notifier scopes keys to the task; agent ids hold no "/" (settings).
             idempotency_key=f"{agent_id}/{key}" if key else None,
         )

@@ -91,9 +91,10 @@ class GatewayState(abc.ABC):
         *,
         context_id: str | None = None,
         status: dict[str, Any] | None = None,
-    ) -> bool:
+    ) -> TaskOwner | None:
         """Record that ``agent_id`` owns ``task_id`` (the first agent to name a task owns
-        it) and, when given, its latest context and status. False: another agent owns it."""
+        it) and, when given, its latest context and status; the task's record after that.
+        None: another agent owns it."""
 
     @abc.abstractmethod
     async def owner(self, task_id: str) -> TaskOwner | None: ...
@@ -191,7 +192,7 @@ class SQLiteGatewayState(GatewayState):
         *,
         context_id: str | None = None,
         status: dict[str, Any] | None = None,
-    ) -> bool:
+    ) -> TaskOwner | None:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -200,20 +201,21 @@ class SQLiteGatewayState(GatewayState):
             ).fetchone()
             if row is not None and row[0] != agent_id:
                 conn.execute("ROLLBACK")
-                return False
-            conn.execute(
+                return None
+            row = conn.execute(
                 "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
                 "context_id = COALESCE(excluded.context_id, context_id), "
-                "status = COALESCE(excluded.status, status), updated_at = excluded.updated_at",
+                "status = COALESCE(excluded.status, status), updated_at = excluded.updated_at "
+                "RETURNING agent_id, context_id, status",
                 (task_id, agent_id, context_id, _dump(status), time.time()),
-            )
+            ).fetchone()
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return True
+        return TaskOwner(row[0], row[1], _load(row[2]))
 
     async def owner(self, task_id: str) -> TaskOwner | None:
         row = (
@@ -314,24 +316,25 @@ class PostgresGatewayState(GatewayState):
         *,
         context_id: str | None = None,
         status: dict[str, Any] | None = None,
-    ) -> bool:
-        async def op(conn: Any) -> bool:
-            owner = await conn.fetchval(
+    ) -> TaskOwner | None:
+        async def op(conn: Any) -> Any:
+            return await conn.fetchrow(
                 "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
                 "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
                 "context_id = COALESCE(EXCLUDED.context_id, gateway_tasks.context_id), "
                 "status = COALESCE(EXCLUDED.status, gateway_tasks.status), "
                 "updated_at = EXCLUDED.updated_at "
-                "WHERE gateway_tasks.agent_id = EXCLUDED.agent_id RETURNING agent_id",
+                "WHERE gateway_tasks.agent_id = EXCLUDED.agent_id "
+                "RETURNING agent_id, context_id, status",
                 task_id,
                 agent_id,
                 context_id,
                 _dump(status),
                 time.time(),
             )
-            return owner is not None
 
-        return bool(await self._run(op))
+        row = await self._run(op)
+        return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
     async def owner(self, task_id: str) -> TaskOwner | None:
         async def op(conn: Any) -> Any:

@@ -48,10 +48,12 @@ __all__ = [
     "DELETE",
     "GET",
     "LIST",
+    "NO_SNAPSHOT",
     "V03_DELETE",
     "V03_GET",
     "V03_LIST",
     "V03_SET",
+    "NoSnapshot",
     "OwnerResolver",
     "PushConfigService",
     "TaskLookup",
@@ -79,8 +81,23 @@ ANONYMOUS_OWNER: Final = "anonymous"
 OwnerResolver = Callable[[Mapping[str, str]], str | Awaitable[str]]
 """Maps request headers to the caller's owner id (may be async; may raise A2AError)."""
 
-TaskLookup = Callable[[str, str], Awaitable[Task | None]]
-"""``(task_id, owner)`` -> the task if it exists and belongs to the owner, else None."""
+
+class NoSnapshot:
+    """A lookup's answer for a task that is the caller's but has nothing to show yet (a
+    gateway that has had no event for it): a new config gets no snapshot; the task's
+    first event is its first webhook."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_SNAPSHOT"
+
+
+NO_SNAPSHOT: Final = NoSnapshot()
+
+TaskLookup = Callable[[str, str], Awaitable[Task | NoSnapshot | None]]
+"""``(task_id, owner)`` -> the task if it exists and belongs to the owner (or
+``NO_SNAPSHOT``: it does, with nothing known of it yet), else None."""
 
 # The longest unsupported version string echoed back in an error.
 _MAX_ECHOED_VERSION: Final = 32
@@ -187,7 +204,8 @@ class PushConfigService:
 
     ``task_lookup(task_id, owner)`` returns the task when it exists and belongs to
     ``owner`` (else None: the caller gets TaskNotFound, never "forbidden"). The task it
-    returns becomes the first webhook of a new config (a snapshot). ``create_lookup``
+    returns becomes the first webhook of a new config (a snapshot); ``NO_SNAPSHOT``: the
+    task is the owner's but a new config gets no snapshot. ``create_lookup``
     (default: ``task_lookup``) is asked instead on Create (and the v0.3 set): a service
     where naming a task first makes it yours (the gateway) claims it there, and only
     there.
@@ -306,7 +324,7 @@ class PushConfigService:
             raise A2AError.invalid_params("taskId: is required", "taskId")
         task = await self._task(config.task_id, owner, create=True)
         stored = await self.notifier.register_config(
-            config, owner=owner, protocol_version=VERSION_1_0, task=task
+            config, owner=owner, protocol_version=VERSION_1_0, task=_snapshot(task)
         )
         await self._catch_up(stored, task, owner)
         return self._v10(stored)
@@ -341,7 +359,7 @@ class PushConfigService:
             config = config.model_copy(update={"id": task_id})
         task = await self._task(task_id, owner, create=True)
         stored = await self.notifier.register_config(
-            config, owner=owner, protocol_version=VERSION_0_3, task=task
+            config, owner=owner, protocol_version=VERSION_0_3, task=_snapshot(task)
         )
         await self._catch_up(stored, task, owner)
         return config_to_v03(self._model(stored))
@@ -376,14 +394,19 @@ class PushConfigService:
 
     # ---- helpers ------------------------------------------------------------------------
 
-    async def _catch_up(self, stored: StoredConfig, snapshot: Task, owner: str) -> None:
+    async def _catch_up(
+        self, stored: StoredConfig, snapshot: Task | NoSnapshot, owner: str
+    ) -> None:
         """See :meth:`PushNotifier.catch_up`: the task as it is now, if a publish slipped
-        between the snapshot being read and the config being stored."""
-        await self.notifier.catch_up(
-            stored, snapshot, lambda: self.create_lookup(stored.task_id, owner)
-        )
+        between the snapshot being read and the config being stored (with no snapshot:
+        if the task's first events did)."""
 
-    async def _task(self, task_id: str, owner: str, *, create: bool = False) -> Task:
+        async def read() -> Task | None:
+            return _snapshot(await self.create_lookup(stored.task_id, owner))
+
+        await self.notifier.catch_up(stored, _snapshot(snapshot), read)
+
+    async def _task(self, task_id: str, owner: str, *, create: bool = False) -> Task | NoSnapshot:
         lookup = self.create_lookup if create else self.task_lookup
         task = await lookup(task_id, owner)
         if task is None:
@@ -421,6 +444,10 @@ class PushConfigService:
 
     def _v10(self, stored: StoredConfig) -> dict[str, Any]:
         return self._model(stored).to_json_dict()
+
+
+def _snapshot(found: Task | NoSnapshot | None) -> Task | None:
+    return found if isinstance(found, Task) else None
 
 
 def _flatten_create(params: Mapping[str, Any]) -> Mapping[str, Any]:
