@@ -5,7 +5,9 @@ PROTOCOL.md for the standard JSON-RPC codes) and its ``google.rpc.ErrorInfo``
 reason: the spec's error type name in UPPER_SNAKE_CASE without "Error"
 (``TaskNotFoundError`` -> ``TASK_NOT_FOUND``). The spec mandates ErrorInfo for
 the A2A-specific codes; the standard codes get one too, by the same rule
-(``JSONParseError`` -> ``JSON_PARSE``), so every error reads the same way.
+(``JSONParseError`` -> ``JSON_PARSE``), so every error reads the same way, except
+``INTERNAL_ERROR``: the reason the official a2a-sdk's REST client maps back to its
+InternalError.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ ERRORS: Final[Mapping[int, ErrorKind]] = _kinds(
     ),
     ErrorKind(METHOD_NOT_FOUND, "MethodNotFoundError", "METHOD_NOT_FOUND", 404, "Method not found"),
     ErrorKind(INVALID_PARAMS, "InvalidParamsError", "INVALID_PARAMS", 400, "Invalid parameters"),
-    ErrorKind(INTERNAL_ERROR, "InternalError", "INTERNAL", 500, "Internal error"),
+    ErrorKind(INTERNAL_ERROR, "InternalError", "INTERNAL_ERROR", 500, "Internal error"),
     ErrorKind(TASK_NOT_FOUND, "TaskNotFoundError", "TASK_NOT_FOUND", 404, "Task not found"),
     ErrorKind(
         TASK_NOT_CANCELABLE,
