@@ -53,6 +53,7 @@ from .store import (
     StoredConfig,
     StoreOptions,
     generate_key,
+    is_postgres_url,
     open_store,
 )
 
@@ -299,12 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate",
         "make a new key active and retire the current one (still published for the grace period)",
     )
-    rotate.add_argument("--dir", default=env.get(ENV_KEYS_DIR), help=dir_help)
+    where = rotate.add_mutually_exclusive_group()  # a key directory or a gateway's keys
+    where.add_argument("--dir", default=env.get(ENV_KEYS_DIR), help=dir_help)
     rotate.add_argument(
         "--alg", choices=ALGORITHMS, help="algorithm of the new key (default: the current one)"
     )
     rotate.add_argument("--grace-period", type=_non_negative_seconds, default=None, help=grace_help)
-    rotate.add_argument(
+    where.add_argument(
         "--database",
         metavar="URL",
         help="rotate the key set a gateway keeps in this database (postgresql://… or the "
@@ -844,6 +846,12 @@ def _open_store(args: argparse.Namespace) -> Store:
             f"{store.path} is not an a2a-push outbox (no deliveries table); pass the file "
             f"your notifier or gateway uses (--database or {ENV_DATABASE})"
         )
+    if is_postgres_url(database):
+        from .store.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        # Nor on PostgreSQL: a typo'd database or schema gets an error, not our tables.
+        store.migrate = False
     return store
 
 
@@ -881,6 +889,8 @@ def _cmd_endpoints(args: argparse.Namespace) -> int:
 
     if not args.admin_key:
         raise CLIError("--admin-key (or $A2A_GATEWAY_ADMIN_KEY) is required", 2)
+    if not str(args.gateway).startswith(("http://", "https://")):
+        raise CLIError(f"--gateway {args.gateway}: give the gateway's URL, http(s)://host:port", 2)
     url = str(args.gateway).rstrip("/") + "/admin/endpoints"
 
     async def fetch() -> tuple[int, Any]:

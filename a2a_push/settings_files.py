@@ -10,6 +10,7 @@ import json
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
@@ -54,6 +55,22 @@ def check_api_key(value: SecretStr) -> SecretStr:
     """A pydantic field check: API keys must be long enough to be guessed by no one."""
     if len(value.get_secret_value()) < MIN_API_KEY_LENGTH:
         raise ValueError(f"an API key needs at least {MIN_API_KEY_LENGTH} characters")
+    return value
+
+
+def check_public_url(value: str | None) -> str | None:
+    """A pydantic field check: a service's public URL is an absolute http(s) URL (it is
+    the JWT issuer, the JWKS location or the webhook URL that others call)."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"{value!r} is not an absolute http(s) URL; give it as "
+            "https://host[:port][/path], as others reach this service"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError("a public URL takes no query or fragment")
     return value
 
 

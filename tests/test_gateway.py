@@ -293,7 +293,9 @@ async def test_a_repeated_idempotency_key_queues_the_event_once(tmp_path: Path) 
         assert len(found) == 1
 
 
-async def test_large_events_are_read_whole_and_keys_rotate_sealed(tmp_path: Path) -> None:
+async def test_large_events_are_read_whole_and_keys_rotate_sealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from a2a_push.store import generate_key
 
     key = generate_key()
@@ -313,8 +315,12 @@ async def test_large_events_are_read_whole_and_keys_rotate_sealed(tmp_path: Path
         ) as resp:
             assert resp.status == 202, await resp.text()
         before = gw.notifier.keyset.active.kid
-        argv = ["keys", "rotate", "--database", database, "--encryption-key", key]
-        assert await asyncio.to_thread(cli_main, argv) == 0
+        argv = ["keys", "rotate", "--database", database]
+        monkeypatch.delenv("A2A_GATEWAY_ENCRYPTION_KEYS", raising=False)
+        monkeypatch.delenv("A2A_PUSH_ENCRYPTION_KEYS", raising=False)
+        assert await asyncio.to_thread(cli_main, argv) == 1  # without the key: says which
+        assert "--encryption-key" in capsys.readouterr().err
+        assert await asyncio.to_thread(cli_main, [*argv, "--encryption-key", key]) == 0
         for _ in range(100):
             if gw.notifier.keyset.active.kid != before:
                 break

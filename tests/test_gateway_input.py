@@ -19,6 +19,7 @@ import pytest
 
 from a2a_push.cli import main as cli_main
 from a2a_push.errors import StoreUnavailableError
+from a2a_push.gateway.client import GatewayClient
 from a2a_push.gateway.settings import GatewaySettingsError, load_gateway_settings
 from a2a_push.protocol.types import TaskState
 from a2a_push.store.sqlite import SQLiteStore
@@ -243,6 +244,46 @@ def test_cli_refuses_a_bad_database_and_never_echoes_an_agent_key(
     assert "--agent-key" in err and secret not in err
     assert cli_main(["gateway", "--log-level", "bogus", "--agent-key", f"a:{AGENT_KEY}"]) == 2
     assert "--log-level" in capsys.readouterr().err
+
+
+def test_urls_without_a_scheme_are_refused_up_front(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    agents = [{"id": "a", "api_key": AGENT_KEY}]
+    for url in ("push.example.com", "ftp://push.example.com", "https://", "https://h/?q=1"):
+        with pytest.raises(GatewaySettingsError, match="public_url"):
+            load_gateway_settings(environ={}, overrides={"public_url": url, "agents": agents})
+    ok = load_gateway_settings(
+        environ={}, overrides={"public_url": "https://push.example.com/", "agents": agents}
+    )
+    assert ok.base_url == "https://push.example.com"
+    with pytest.raises(ValueError, match="http"):
+        GatewayClient("push.example.com", AGENT_KEY)
+    assert cli_main(["endpoints", "--gateway", "127.0.0.1:8080", "--admin-key", ADMIN_KEY]) == 2
+    assert "http(s)://" in capsys.readouterr().err
+    argv = ["keys", "rotate", "--dir", str(tmp_path / "k"), "--database", str(tmp_path / "o.db")]
+    assert cli_main(argv) == 2
+    assert "not allowed with" in capsys.readouterr().err
+    assert not (tmp_path / "k").exists()
+
+
+def test_the_gateway_says_listening_only_once_it_listens(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["gateway", "--agent-key", f"a:{AGENT_KEY}", "--port", str(port)]
+        argv += ["--data-dir", str(tmp_path)]
+        done = subprocess.run(
+            [sys.executable, "-m", "a2a_push", *argv], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode != 0
+    assert "address already in use" in done.stderr
+    assert "listening" not in done.stdout + done.stderr
 
 
 def test_rotating_keys_in_a_missing_gateway_database_creates_nothing(

@@ -404,30 +404,54 @@ async def test_a_database_outage_gets_503_with_retry_after_and_then_recovers() -
         await proxy.stop()
 
 
-async def test_rotating_keys_in_a_schema_no_gateway_uses_mints_no_key() -> None:
-    dsn = require_postgres()
-    schema = postgres_schema()  # dropped after the test by conftest
-    await _create_schema(dsn, schema)
-    database = f"{dsn}?search_path={schema}"
+async def _cli(*argv: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "a2a_push",
-        "keys",
-        "rotate",
-        "--database",
-        database,
+        *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate()
-    assert proc.returncode != 0, out.decode()
-    assert "no gateway has started on it" in err.decode()
-    assert "Traceback" not in err.decode()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + err.decode()
+
+
+async def test_tools_pointed_at_a_schema_no_gateway_uses_create_nothing_there() -> None:
+    """A typo'd database or search_path gets an error from the CLI, never our tables (nor
+    a signing key no gateway signs with)."""
     import asyncpg
 
-    conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    dsn = require_postgres()
+    schema = postgres_schema()  # dropped after the test by conftest
+    await _create_schema(dsn, schema)
+    database = f"{dsn}?search_path={schema}"
+    code, output = await _cli("keys", "rotate", "--database", database)
+    assert code != 0 and "no gateway has started on it" in output, output
+    for argv in (
+        ("deliveries", "list", "--database", database),
+        ("configs", "disable", "some-key", "--database", database),
+    ):
+        code, output = await _cli(*argv)
+        assert code != 0 and "no a2a-push outbox" in output, (argv, output)
+        assert "Traceback" not in output
+    conn = await asyncpg.connect(dsn)
     try:
-        assert await conn.fetchval("SELECT count(*) FROM gateway_signing_keys") == 0
+        tables = await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema)
     finally:
         await conn.close()
+    assert tables == 0
+
+
+async def test_tools_name_a_database_that_does_not_exist_without_a_traceback() -> None:
+    dsn = require_postgres()
+    parts = urlsplit(dsn)
+    missing = parts._replace(path="/no_such_db_" + uuid.uuid4().hex[:8]).geturl()
+    for argv in (
+        ("deliveries", "list", "--database", missing),
+        ("keys", "rotate", "--database", missing),
+    ):
+        code, output = await _cli(*argv)
+        assert code != 0, (argv, output)
+        assert "does not exist" in output and "Traceback" not in output, (argv, output)

@@ -117,16 +117,16 @@ def run(args: argparse.Namespace) -> int:
         level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     where = "PostgreSQL" if settings.is_postgres else settings.database_url
-    print(
+    banner = (
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
-        f"on {where}; JWKS at {settings.base_url}/.well-known/jwks.json",
-        flush=True,
+        f"on {where}; JWKS at {settings.base_url}/.well-known/jwks.json"
     )
     web.run_app(
         create_app(settings),
         host=settings.host,
         port=settings.port,
-        print=None,
+        # Called once the database is open and the port is bound, not before.
+        print=lambda _started: print(banner, flush=True),
         access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
     )
     return 0
@@ -138,7 +138,7 @@ def rotate_in_database(
     """Rotate the gateway's signing key in its database; (new kid, its algorithm)."""
 
     async def go() -> tuple[str, str]:
-        state = open_gateway_state(database, encryption_keys)
+        state = open_gateway_state(database, encryption_keys, create=False)
         await state.open()
         try:
             current = await state.load_keys(create=False)

@@ -74,6 +74,8 @@ class GatewayClient:
         deadline: float = 60.0,
         timeout: float = 15.0,
     ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"the gateway URL must start with http:// or https://, not {url!r}")
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._session = session

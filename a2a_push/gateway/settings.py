@@ -22,6 +22,7 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.settings_files import (
     SettingsError,
     check_api_key,
+    check_public_url,
     describe,
     key_pairs,
     read_config_file,
@@ -92,6 +93,8 @@ class GatewaySettings(_Model):
                 "or lower request_timeout or quick_attempts"
             )
         return self
+
+    _public_url = field_validator("public_url")(check_public_url)
 
     @field_validator("agents")
     @classmethod

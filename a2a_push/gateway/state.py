@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives import serialization
 
-from a2a_push.errors import StoreUnavailableError
+from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
@@ -119,7 +119,14 @@ class GatewayState(abc.ABC):
     def _unseal(
         self, kid: str, alg: str, private: str, created: float, retired: float | None
     ) -> SigningKey:
-        pem, _ = self._box.open(private)
+        try:
+            pem, _ = self._box.open(private)
+        except SecretDecryptionError as exc:
+            raise KeyStoreError(
+                f"signing key {kid} is sealed and cannot be opened ({exc}): configure the "
+                "encryption key the gateway seals its keys with (--encryption-key, or "
+                "A2A_GATEWAY_ENCRYPTION_KEYS)"
+            ) from None
         if pem is None:
             raise KeyStoreError(
                 f"signing key {kid} cannot be decrypted: configure the encryption key it was "
@@ -272,10 +279,13 @@ class PostgresGatewayState(GatewayState):
         encryption_keys: Sequence[str] | None = None,
         *,
         schema: str | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(encryption_keys)
         self.dsn = dsn
         self.schema = schema
+        # False (for tools): create nothing; open() fails where no gateway ever ran.
+        self.create = create
         self._pool: Any = None
 
     async def open(self) -> None:
@@ -287,14 +297,33 @@ class PostgresGatewayState(GatewayState):
             ) from exc
         settings = {"search_path": self.schema} if self.schema else None
         try:
-            self._pool = await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=4, server_settings=settings
             )
-            async with self._pool.acquire() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
-                await conn.execute(_PG_SCHEMA)
-        except (OSError, asyncpg.PostgresError) as exc:
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                if not self.create:
+                    if await conn.fetchval("SELECT to_regclass('gateway_signing_keys')") is None:
+                        raise StoreUnusableError(
+                            "no gateway state in this database: no gateway has started on "
+                            "it; give the --database the gateway runs with, or start the "
+                            "gateway once"
+                        )
+                else:
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
+                    await conn.execute(_PG_SCHEMA)
+        except BaseException as exc:
+            pool.terminate()
+            if isinstance(exc, OSError | asyncpg.PostgresConnectionError):
+                raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+            if isinstance(exc, asyncpg.PostgresError):
+                raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
+            raise
+        self._pool = pool
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -377,12 +406,15 @@ class PostgresGatewayState(GatewayState):
         await self._run(op)
 
 
-def open_gateway_state(database: str, encryption_keys: Sequence[str] | None = None) -> GatewayState:
+def open_gateway_state(
+    database: str, encryption_keys: Sequence[str] | None = None, *, create: bool = True
+) -> GatewayState:
     """PostgreSQL state for a ``postgresql://`` database; for a SQLite outbox file, a
-    ``<name>-gateway.db`` file beside it."""
+    ``<name>-gateway.db`` file beside it. ``create=False`` (PostgreSQL): create no tables
+    (tools that only use an existing gateway's state)."""
     path = sqlite_state_path(database)
     if path is None:
-        return PostgresGatewayState(database, encryption_keys)
+        return PostgresGatewayState(database, encryption_keys, create=create)
     return SQLiteGatewayState(path, encryption_keys)
 
 

@@ -47,6 +47,7 @@ from ..errors import (
     SecretDecryptionError,
     StoreClosedError,
     StoreUnavailableError,
+    StoreUnusableError,
     TooManyConfigsError,
 )
 from .base import (
@@ -168,6 +169,9 @@ class PostgresStore(RowMapping, Store):
     ``dsn``: ``postgresql://user:password@host:port/database`` (or ``postgres://``).
     ``schema``: keep the tables in this schema (created if missing) instead of the
     connection's default ``search_path``; lower-case letters, digits and ``_``.
+    ``migrate=False`` (for tools that inspect an existing outbox): create and change
+    nothing; ``open()`` raises ``StoreUnusableError`` where there is no outbox, or one
+    older than this version.
     """
 
     def __init__(
@@ -177,6 +181,7 @@ class PostgresStore(RowMapping, Store):
         *,
         schema: str | None = None,
         pool: PostgresPoolOptions | None = None,
+        migrate: bool = True,
     ) -> None:
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(
@@ -187,6 +192,7 @@ class PostgresStore(RowMapping, Store):
         self.dsn = dsn
         self.schema = schema
         self.pool_options = pool or PostgresPoolOptions()
+        self.migrate = migrate
         self._where = _describe_dsn(dsn)
         self._box = SecretBox(self.options.encryption_keys)
         self._pool: Any = None  # asyncpg.Pool
@@ -223,14 +229,42 @@ class PostgresStore(RowMapping, Store):
                 )
             except UNAVAILABLE_ERRORS as exc:
                 raise self._unavailable(exc) from exc
+            except asyncpg.PostgresError as exc:
+                # Not an outage: no such database, role or password. Retrying won't help.
+                raise StoreUnusableError(
+                    f"cannot use PostgreSQL at {self._where}: {exc}; check the DSN"
+                ) from exc
             try:
-                await self._migrate(pool)
+                if self.migrate:
+                    await self._migrate(pool)
+                else:
+                    await self._check_schema(pool)
             except BaseException:
                 pool.terminate()
                 raise
             self._pool = pool
             if self._wakeup is not None:
                 self._start_listener()
+
+    async def _check_schema(self, pool: Any) -> None:
+        """For ``migrate=False``: an outbox of this version is there (nothing is changed)."""
+        where = f"schema {self.schema!r} of {self._where}" if self.schema else self._where
+        try:
+            async with pool.acquire() as conn:
+                if await conn.fetchval("SELECT to_regclass('schema_migrations')") is None:
+                    raise StoreUnusableError(
+                        f"no a2a-push outbox in {where}; pass the database (and "
+                        "search_path) your gateway uses"
+                    )
+                applied = {r["version"] for r in await conn.fetch(_Q["applied_migrations"])}
+        except UNAVAILABLE_ERRORS as exc:
+            raise self._unavailable(exc) from exc
+        missing = [v for v, _ in migrations("postgres") if v not in applied]
+        if missing:
+            raise StoreUnusableError(
+                f"the outbox in {where} is older than this a2a-push (migration "
+                f"{missing[0]:04d} not applied): start the gateway once to upgrade it"
+            )
 
     async def _migrate(self, pool: Any) -> None:
         """Apply the migrations this database lacks, one process at a time."""
