@@ -419,6 +419,25 @@ def _create_in_background(session: aiohttp.ClientSession, url: str, sink: Webhoo
     )
 
 
+async def _post_during_create(
+    gateway: Gateway,
+    session: aiohttp.ClientSession,
+    url: str,
+    sink: WebhookSink,
+    state: TaskState,
+) -> None:
+    """Create a config for task T; after its read of the task and before it is stored,
+    post a ``state`` event (which therefore does not reach the config)."""
+    gw = gateway.running  # type: ignore[attr-defined]
+    read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
+    create = _create_in_background(session, url, sink)
+    await read.reached.wait()
+    code, body = await _post_event(session, url, "T", state)
+    assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
+    read.resume.set()
+    assert "result" in await create
+
+
 async def test_a_config_created_during_a_publish_catches_up_with_the_task(
     gateway: Gateway,
 ) -> None:
@@ -427,14 +446,7 @@ async def test_a_config_created_during_a_publish_catches_up_with_the_task(
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         code, _ = await _post_event(session, url, "T", TaskState.WORKING)
         assert code == 202
-        gw = gateway.running  # type: ignore[attr-defined]
-        read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
-        create = _create_in_background(session, url, sink)
-        await read.reached.wait()
-        code, body = await _post_event(session, url, "T", TaskState.COMPLETED)
-        assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
-        read.resume.set()
-        assert "result" in await create
+        await _post_during_create(gateway, session, url, sink, TaskState.COMPLETED)
         await sink.wait_for(2, path="/T")
         states = [json.loads(h.body)["task"]["status"]["state"] for h in sink.on("/T")]
         assert states == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
@@ -517,14 +529,7 @@ async def test_a_first_event_posted_while_a_config_is_created_is_sent_as_a_snaps
     config is stored (so it is not fanned out to it): the catch-up sends the config the
     task as that event left it, with the agent's contextId."""
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
-        gw = gateway.running  # type: ignore[attr-defined]
-        read = gw.state.owner = _PauseOnce(gw.state.owner, after=True)
-        create = _create_in_background(session, url, sink)
-        await read.reached.wait()
-        code, body = await _post_event(session, url, "T", TaskState.WORKING)
-        assert code == 202 and body["deliveries"] == 0  # the config is not stored yet
-        read.resume.set()
-        assert "result" in await create
+        await _post_during_create(gateway, session, url, sink, TaskState.WORKING)
         await sink.wait_for(1, path="/T")
         snapshot = json.loads(sink.on("/T")[0].body)["task"]
         sent = status("T", TaskState.WORKING)
