@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError
 
+from .store import is_postgres_url
+
 MIN_API_KEY_LENGTH = 16
 
 
@@ -59,18 +61,50 @@ def check_api_key(value: SecretStr) -> SecretStr:
 
 
 def check_public_url(value: str | None) -> str | None:
-    """A pydantic field check: a service's public URL is an absolute http(s) URL (it is
-    the JWT issuer, the JWKS location or the webhook URL that others call)."""
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """A pydantic field check: a service's public URL is an absolute http(s) URL with a
+    host, and no query or fragment (paths are appended to it; it is the JWT issuer, the
+    JWKS location or the webhook URL that others call). Empty means the default."""
+    if not value:
+        return value
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # a ValueError for a port outside 0-65535
+    except ValueError:
+        parts, port = None, None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or port == 0
+        or parts.query
+        or parts.fragment
+    ):
         raise ValueError(
-            f"{value!r} is not an absolute http(s) URL; give it as "
-            "https://host[:port][/path], as others reach this service"
+            f"{value!r} is not an absolute http(s) URL with a host, as others reach this "
+            "service: https://host[:port][/path], no query or fragment"
         )
-    if parts.query or parts.fragment:
-        raise ValueError("a public URL takes no query or fragment")
+    return value
+
+
+def check_database(value: str, *, example: str, service: str) -> str:
+    """``value`` if a service can keep its data there: ``postgresql://`` /
+    ``postgres://``, ``sqlite:///path`` or a file path (``example``: a file name for the
+    messages); any other ``scheme://`` would be taken for a file name."""
+    if is_postgres_url(value):
+        return value
+    if value.startswith("sqlite://"):
+        if not value.startswith("sqlite:///") or value == "sqlite:///":
+            raise ValueError(
+                f"a sqlite URL needs a file path: sqlite:///relative/{example} "
+                f"or sqlite:////absolute/{example}"
+            )
+        return value
+    if "://" in value or value == ":memory:":
+        raise ValueError(
+            f"postgresql://user@host/db, sqlite:///path/{example} or a file path (the "
+            f"{service} keeps its data in a database: memory:// and other schemes are not "
+            "supported)"
+        )
     return value
 
 

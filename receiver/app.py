@@ -40,7 +40,7 @@ from a2a_push.store import is_postgres_url
 from .agent_client import AgentCallError, AgentClient
 from .fetcher import TaskFetcher
 from .metrics import ReceiverMetrics
-from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings
+from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings, check_database
 from .sqlite_store import SQLiteReceiverStore
 from .store import Notification, ReceiverStore, Subscription, SubscriptionState, TaskEvent
 from .verify import (
@@ -804,8 +804,15 @@ def card_jwks_uri(card: object) -> str | None:
 
 
 def open_receiver_store(settings: ReceiverSettings) -> ReceiverStore:
-    """PostgreSQL for a ``postgresql://`` database (replicas share it), else SQLite."""
-    database = settings.database_url
+    """PostgreSQL for a ``postgresql://`` database (replicas share it), else SQLite.
+
+    Settings validation already refused any other URL scheme; checked again here for
+    settings that skipped it (``model_copy``), so that ``mysql://x/y`` never becomes a
+    SQLite file named ``mysql:/x/y``."""
+    try:
+        database = check_database(settings.database_url)
+    except ValueError as exc:
+        raise ValueError(f"database: {exc}") from None
     if is_postgres_url(database):
         from .postgres_store import PostgresReceiverStore
 

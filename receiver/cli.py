@@ -107,19 +107,30 @@ def run(args: argparse.Namespace) -> int:
     if settings.workers > 1 and not args.worker:
         return _supervise(args, settings)
     app = create_app(settings)
-    print(
+    banner = (
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
-        f"(agents: {', '.join(a.key for a in settings.agents)})",
-        flush=True,
+        f"(agents: {', '.join(a.key for a in settings.agents)})"
     )
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
-        reuse_port=True if args.worker else None,
-    )
+
+    def started(_aiohttp_banner: str) -> None:
+        # run_app calls its ``print`` once, after the app's startup (the store is open)
+        # and after every site is listening: a port in use or a store that cannot be
+        # opened fails before this, so the banner never announces a receiver that is
+        # not serving.
+        print(banner, flush=True)
+
+    try:
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            print=started,
+            access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
+            reuse_port=True if args.worker else None,
+        )
+    except OSError as exc:  # the port is taken, the data folder cannot be written...
+        print(f"receiver: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -30,7 +30,14 @@ from pydantic import (
 )
 
 from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
-from a2a_push.settings_files import check_api_key, describe, key_pairs, service_base_url
+from a2a_push.settings_files import (
+    check_api_key,
+    check_public_url,
+    describe,
+    key_pairs,
+    service_base_url,
+)
+from a2a_push.settings_files import check_database as check_db
 from a2a_push.settings_files import read_config_file as read_config_file  # re-exported
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
@@ -165,11 +172,14 @@ class ReceiverSettings(_Model):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     public_url: str | None = Field(
         default=None,
-        description="this receiver's URL as agents reach it; default http://host:port",
+        description="this receiver's URL as agents reach it (http(s)://host[:port][/path]); "
+        "default http://host:port",
     )
     data_dir: Path = Path("receiver-data")
     database: str | None = Field(
-        default=None, description="default: receiver.db in data_dir (a SQLite file)"
+        default=None,
+        description="postgresql://… or a SQLite file (a path or sqlite:///path); "
+        "default: receiver.db in data_dir",
     )
     agents: tuple[AgentSettings, ...] = ()
     api_keys: tuple[ClientKey, ...] = ()
@@ -217,6 +227,13 @@ class ReceiverSettings(_Model):
     def _upper(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
+    _public_url = field_validator("public_url")(check_public_url)
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        return value and check_database(value)
+
     @property
     def base_url(self) -> str:
         return service_base_url(self.public_url, self.host, self.port)
@@ -232,6 +249,11 @@ class ReceiverSettings(_Model):
     def agent(self, url: str) -> AgentSettings | None:
         key = url.rstrip("/")
         return next((a for a in self.agents if a.key == key), None)
+
+
+def check_database(value: str) -> str:
+    """``value`` if the receiver can open it (:func:`receiver.app.open_receiver_store`)."""
+    return check_db(value, example="receiver.db", service="receiver")
 
 
 def _agent_key(url: str) -> str:

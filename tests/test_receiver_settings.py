@@ -355,3 +355,186 @@ async def test_a_failed_start_closes_the_http_session_and_the_store(tmp_path: Pa
     assert receiver._maintenance is None
     with pytest.raises(Exception, match="not open"):
         await receiver.store.ping()
+
+
+DATABASE_ACCEPTED = "postgresql://user@host/db, sqlite:///path/receiver.db or a file path"
+
+
+@pytest.mark.parametrize(
+    "database",
+    ["mysql://x/y", "memory://", ":memory:", "redis://localhost/0", "file:///tmp/r.db"],
+)
+def test_a_database_url_the_receiver_cannot_open_is_refused(database: str) -> None:
+    with pytest.raises(SettingsError, match="invalid receiver settings: database: ") as err:
+        load_settings(environ={}, overrides={"database": database})
+    assert DATABASE_ACCEPTED in str(err.value)
+    with pytest.raises(SettingsError, match=r"database: .*or a file path"):
+        load_settings(environ={"A2A_RECEIVER_DATABASE": database})
+
+
+@pytest.mark.parametrize("database", ["sqlite://", "sqlite:///", "sqlite://rel.db"])
+def test_a_sqlite_url_needs_a_file_path(database: str) -> None:
+    with pytest.raises(SettingsError, match=r"database: .*a sqlite URL needs a file path"):
+        load_settings(environ={}, overrides={"database": database})
+
+
+@pytest.mark.parametrize(
+    "database",
+    [
+        "postgresql://user@db.test:5432/receiver",
+        "postgres://db.test/receiver",
+        "sqlite:///data/receiver.db",
+        "sqlite:////var/lib/receiver.db",
+        "data/receiver.db",
+        "/var/lib/receiver.db",
+    ],
+)
+def test_postgres_sqlite_urls_and_file_paths_are_databases(database: str) -> None:
+    assert load_settings(environ={}, overrides={"database": database}).database_url == database
+
+
+def test_the_store_refuses_an_unvalidated_database_url_too(tmp_path: Path) -> None:
+    from receiver.app import open_receiver_store
+    from receiver.settings import ReceiverSettings
+
+    settings = ReceiverSettings(data_dir=tmp_path).model_copy(update={"database": "mysql://x/y"})
+    with pytest.raises(ValueError, match="database: postgresql://"):
+        open_receiver_store(settings)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("database", ["mysql://x/y", "memory://"])
+def test_the_command_refuses_a_database_url_with_exit_2_and_creates_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    database: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A2A_RECEIVER_CONFIG", raising=False)
+    monkeypatch.delenv("A2A_RECEIVER_DATABASE", raising=False)
+    args = ["receiver", "--agent", "http://127.0.0.1:9/", "--database", database, "--port", "0"]
+    assert cli_main(args) == 2
+    captured = capsys.readouterr()
+    assert "receiver: error: invalid receiver settings: database: " in captured.err
+    assert DATABASE_ACCEPTED in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+    assert list(tmp_path.iterdir()) == []  # no ./mysql:/x/y, no ./memory:
+
+
+@pytest.mark.parametrize(
+    "public_url",
+    [
+        "receiver.example.com",
+        "receiver.example.com:8090",
+        "//receiver.example.com",
+        "ftp://receiver.example.com",
+        "https://",
+        "http://:8090/",
+        "https://receiver.example.com:99999",
+        "https://receiver.example.com:0",
+        "https://receiver.example.com/?a=b",
+        "https://receiver.example.com/#x",
+        "http://[::1",
+    ],
+)
+def test_a_public_url_agents_cannot_call_is_refused(public_url: str) -> None:
+    with pytest.raises(SettingsError, match="invalid receiver settings: public_url: ") as err:
+        load_settings(environ={}, overrides={"public_url": public_url})
+    assert "an absolute http(s) URL with a host" in str(err.value)
+    with pytest.raises(SettingsError, match=r"public_url: .*absolute http"):
+        load_settings(environ={"A2A_RECEIVER_PUBLIC_URL": public_url})
+
+
+@pytest.mark.parametrize(
+    ("public_url", "webhook_url"),
+    [
+        ("https://receiver.example.com", "https://receiver.example.com/webhooks/a2a"),
+        ("https://receiver.example.com/", "https://receiver.example.com/webhooks/a2a"),
+        ("http://10.0.0.5:8090/hooks/", "http://10.0.0.5:8090/hooks/webhooks/a2a"),
+        ("http://[::1]:8090", "http://[::1]:8090/webhooks/a2a"),
+    ],
+)
+def test_an_absolute_public_url_gives_the_webhook_url(public_url: str, webhook_url: str) -> None:
+    settings = load_settings(environ={}, overrides={"public_url": public_url})
+    assert settings.webhook_url == webhook_url
+
+
+def test_the_command_refuses_a_public_url_without_a_scheme_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("A2A_RECEIVER_CONFIG", raising=False)
+    args = ["receiver", "--agent", "http://127.0.0.1:9/", "--public-url", "receiver.example.com"]
+    assert cli_main([*args, "--port", "0"]) == 2
+    captured = capsys.readouterr()
+    assert "receiver: error: invalid receiver settings: public_url: " in captured.err
+    assert "receiver.example.com/webhooks/a2a" not in captured.out
+    assert list(tmp_path.iterdir()) == []
+
+
+def _receiver_on(port: int, data_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "receiver",
+        "--agent",
+        "http://127.0.0.1:9/",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--log-level",
+        "ERROR",
+    ]
+
+
+def test_no_banner_when_the_port_is_taken(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            _receiver_on(port, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode != 0
+    assert "address already in use" in proc.stderr
+    assert "receiver: webhooks at" not in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_banner_comes_once_the_receiver_answers(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import threading
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        _receiver_on(port, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    watchdog = threading.Timer(60, proc.kill)  # a receiver that never prints: readline ends
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert banner.startswith(f"receiver: webhooks at http://127.0.0.1:{port}/webhooks/a2a")
+        # Printed after the bind and the store's opening: no retry needed.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        watchdog.cancel()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        proc.stdout.close()

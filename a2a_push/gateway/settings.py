@@ -22,6 +22,7 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.settings_files import (
     SettingsError,
     check_api_key,
+    check_database,
     check_public_url,
     describe,
     key_pairs,
@@ -110,19 +111,7 @@ class GatewaySettings(_Model):
     @field_validator("database")
     @classmethod
     def _database(cls, value: str) -> str:
-        if is_postgres_url(value) or not value:
-            return value
-        if value.startswith("sqlite://"):
-            if not value.startswith("sqlite:///") or value == "sqlite:///":
-                raise ValueError("a sqlite URL needs a file path: sqlite:///relative/outbox.db")
-            return value
-        if "://" in value or value in (":memory:",):
-            raise ValueError(
-                "postgresql://user@host/db, sqlite:///path/outbox.db or a file path "
-                "(the gateway keeps its outbox in a database: memory:// and other "
-                "schemes are not supported)"
-            )
-        return value
+        return value and check_database(value, example="outbox.db", service="gateway")
 
     @property
     def base_url(self) -> str:
