@@ -42,6 +42,22 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({}) is None
 
 
+def test_durable_delays_are_jittered_across_the_whole_band() -> None:
+    # +-20 %: retries of many deliveries that failed together spread out, rather than
+    # coming back all at once. (Random, but 200 draws all landing in one half of the
+    # band has a chance of 2**-199.)
+    policy = RetryPolicy()
+    base = policy.schedule[1]
+    delays = [policy.durable_delay(1) for _ in range(200)]
+    assert all(d is not None and base * 0.8 <= d <= base * 1.2 for d in delays)
+    assert len(set(delays)) > 150
+    assert any(d < base for d in delays if d is not None)
+    assert any(d > base for d in delays if d is not None)
+    assert max(d for d in delays if d is not None) - min(d for d in delays if d is not None) > (
+        0.2 * base
+    )
+
+
 def test_default_schedule_reads_like_the_design() -> None:
     policy = RetryPolicy()
     assert policy.describe() == "5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 from tenacity import wait_fixed
 
-from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.dispatcher import CHAIN_LIMIT, DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
@@ -281,11 +282,12 @@ async def test_a_slow_endpoint_does_not_delay_others(
         await n.publish(f"slow{i}", status(f"slow{i}", TaskState.WORKING))
     async with WebhookSink() as fast:  # another endpoint (host:port)
         await n.register_config(hook(fast, "/fast"), owner="o", task_id="fast")
-        await asyncio.sleep(0.2)  # the slow endpoint's requests are in flight
-        started = time.monotonic()
+        # Every slow request is in flight (held 3 s by the sink) ...
+        await wait_until(lambda: asyncio.sleep(0, n.dispatcher.in_flight == 12), timeout=5)
         await n.publish("fast", status("fast", TaskState.WORKING))
-        await fast.wait_for(1, timeout=2)
-        assert time.monotonic() - started < 1.0
+        await fast.wait_for(1, timeout=5)
+        # ... and the fast webhook did not wait for any of them.
+        assert sink.on("/slow") == []
 
 
 async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(
@@ -312,14 +314,46 @@ async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(
     assert not deferred
 
 
+async def test_an_endpoint_down_for_a_while_gets_everything_in_order_once_back(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    from a2a_push.delivery.health import EndpointHealth
+
+    n = await make_notifier(
+        retry=RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.2,) * 100),
+        health=EndpointHealth(failure_threshold=3, cool_down=0.2, max_cool_down=0.5),
+    )
+    sink.set_default("/down", SinkResponse(503))
+    tasks, per_task = [f"t{i}" for i in range(5)], 8
+    for t in tasks:
+        await n.register_config(hook(sink, "/down"), owner="o", task_id=t)
+    for i in range(per_task):
+        await asyncio.gather(*(n.publish(t, status(t, TaskState.WORKING, str(i))) for t in tasks))
+    await sink.wait_for(15, timeout=10)  # failing for a while: retries, the breaker opened
+    assert all(r.status == 503 for r in sink.received)
+    sink.set_default("/down", SinkResponse(200))
+    await wait_until(
+        lambda: asyncio.sleep(0, sum(r.status == 200 for r in sink.received) >= 40), timeout=30
+    )
+    for t in tasks:
+        numbers = [
+            int(json.loads(r.body)["statusUpdate"]["metadata"]["n"])
+            for r in sink.received
+            if r.status == 200 and json.loads(r.body)["statusUpdate"]["taskId"] == t
+        ]
+        assert numbers == list(range(per_task)), (t, numbers)
+    assert not await n.store.list_deliveries(DeliveryFilter(state=DeliveryState.DEAD))
+
+
 async def test_busy_tasks_take_turns_with_others_at_a_saturated_endpoint(
     make_notifier: MakeNotifier, sink: WebhookSink
 ) -> None:
     # Two tasks with a deep backlog fill the endpoint's two slots, each chaining through
     # its own lane. A third task's event, queued after both backlogs, must not wait for
     # them to drain: chains hand their lane back after CHAIN_LIMIT events, and a lane
-    # handed back queues behind the lanes that were already waiting.
-    n = await make_notifier(dispatcher=DispatcherOptions(per_endpoint=2))
+    # handed back queues behind the lanes that were already waiting. Everything is
+    # queued before the dispatcher starts, so no machine is too slow to test this.
+    n = await make_notifier(dispatcher=DispatcherOptions(per_endpoint=2), run_dispatcher=False)
     sink.set_default("/busy", SinkResponse(200, delay=0.01))
     for t in ("hot1", "hot2", "cold"):
         await n.register_config(hook(sink, "/busy"), owner="o", task_id=t)
@@ -328,15 +362,17 @@ async def test_busy_tasks_take_turns_with_others_at_a_saturated_endpoint(
         await asyncio.gather(
             *(n.publish(t, status(t, TaskState.WORKING, str(i))) for t in ("hot1", "hot2"))
         )
-    await sink.wait_for(4, timeout=5, path="/busy")  # both chains are running
     await n.publish("cold", status("cold", TaskState.WORKING, "cold"))
+    n.dispatcher.start()
 
     def cold_seen() -> bool:
         return any(json.loads(r.body)["statusUpdate"]["taskId"] == "cold" for r in sink.on("/busy"))
 
     await wait_until(lambda: asyncio.sleep(0, cold_seen()), timeout=10)
-    hot_so_far = len(sink.on("/busy")) - 1
-    assert hot_so_far < backlog, f"the cold task waited for {hot_so_far} hot webhooks"
+    hot_before_cold = len(sink.on("/busy")) - 1
+    # At most a chain per slot (plus a claim's worth in flight) before the lanes rotate.
+    bound = 2 * (CHAIN_LIMIT + 2)
+    assert hot_before_cold <= bound < 2 * backlog, f"the cold task waited for {hot_before_cold}"
     await sink.wait_for(2 * backlog + 1, timeout=20, path="/busy")
     for t in ("hot1", "hot2"):  # and each busy task's order held throughout
         numbers = [
@@ -784,7 +820,8 @@ async def test_graceful_stop_releases_claims(tmp_path: Path, sink: WebhookSink) 
     async with first:
         await first.register_config(hook(sink), owner="o", task_id="t1")
         (delivery_id,) = (await first.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
-        await asyncio.sleep(0.3)  # in flight now, held by the slow sink
+        # Claimed and in flight (held 2 s by the sink) when the notifier stops.
+        await wait_until(lambda: asyncio.sleep(0, first.dispatcher.in_flight == 1), timeout=5)
     second = PushNotifier(
         SQLiteStore(db),
         issuer=ISSUER,
@@ -816,6 +853,82 @@ async def test_metrics_route(
     assert 'a2a_push_attempts_total{result="2xx"} 1.0' in text
     assert "a2a_push_queue_depth 0.0" in text
     assert "a2a_push_attempt_duration_seconds_bucket" in text
+
+
+async def test_metrics_gauges_show_a_backlog_and_an_open_breaker(
+    make_notifier: MakeNotifier, sink: WebhookSink, aiohttp_client: Any
+) -> None:
+    from aiohttp import web
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from a2a_push.delivery.health import EndpointHealth
+
+    n = await make_notifier(
+        dispatcher=DispatcherOptions(drain_timeout=0.1),
+        retry=RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.05,) * 50),
+        health=EndpointHealth(failure_threshold=3, cool_down=60),
+    )
+    sink.set_default("/hold", SinkResponse(200, delay=3))  # the first one is held in flight
+    await n.register_config(hook(sink, "/hold"), owner="o", task_id="t1")
+    for i in range(3):
+        await n.publish("t1", status("t1", TaskState.WORKING, str(i)))
+    async with WebhookSink() as down:  # another endpoint, failing until its breaker opens
+        down.set_default("/down", SinkResponse(503))
+        await n.register_config(hook(down, "/down"), owner="o", task_id="t2")
+        await n.publish("t2", status("t2", TaskState.WORKING))
+
+        async def breaker_open() -> bool:
+            return "open" in {s.value for s in n.dispatcher.health.states().values()}
+
+        await wait_until(breaker_open, timeout=15)
+        app = web.Application()
+        n.add_routes(app)
+        client = await aiohttp_client(app)
+        text = await (await client.get("/metrics")).text()  # gauges refreshed at scrape time
+    values = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert values[("a2a_push_queue_depth", ())] >= 4  # t1's three and t2's retry
+    assert values[("a2a_push_oldest_pending_age_seconds", ())] > 0
+    assert values[("a2a_push_endpoint_breakers", (("state", "open"),))] == 1
+
+
+async def test_logs_never_hold_tokens_credentials_or_signatures(
+    make_notifier: MakeNotifier, sink: WebhookSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every log record, at DEBUG, of deliveries that succeed, are retried, dead-lettered
+    and refused (connection errors): no token, credential, whsec secret or JWT."""
+    caplog.set_level(logging.DEBUG)
+    token, credentials = "tok-SECRET-0123456789", "cred-SECRET-0123456789"
+    n = await make_notifier()
+    sink.script("/a", [SinkResponse(500), SinkResponse(503), SinkResponse(200)])
+    sink.set_default("/b", SinkResponse(400))
+    configs = [
+        hook(sink, "/a", token=token),
+        hook(
+            sink,
+            "/b",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials=credentials),
+        ),
+        hook(sink, "/c", token=WHSEC),
+    ]
+    for i, config in enumerate(configs):
+        await n.register_config(config, owner="o", task_id=f"t{i}")
+    refused = TaskPushNotificationConfig(url="http://127.0.0.1:9/x", token=token)
+    await n.register_config(refused, owner="o", task_id="t9")
+    for t in ("t0", "t1", "t2", "t9"):
+        await n.publish(t, status(t, TaskState.WORKING))
+    await sink.wait_for(5)
+    await n.dispatcher.wait_idle(10)
+    signatures = [r.header("X-A2A-Signature") or "" for r in sink.received]
+    assert all(signatures)
+    text = "\n".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
+    assert caplog.records  # the failures were logged
+    for secret in (token, credentials, WHSEC, *signatures):
+        assert secret not in text
+    assert "eyJ" not in text  # no JWT (header segment) in any form
 
 
 async def _is(n: PushNotifier, delivery_id: str, state: DeliveryState) -> bool:
