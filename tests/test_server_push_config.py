@@ -599,6 +599,25 @@ async def test_rest_create_get_list_delete(setup: Setup) -> None:
     assert await stored(notifier) == []
 
 
+async def test_rest_serves_the_tenant_scoped_paths_too(setup: Setup) -> None:
+    client, notifier = await setup(mount_kw={"rest_prefix": "/v1"})
+    base = f"/v1/acme/tasks/{TASK}/pushNotificationConfigs"
+    resp = await client.post(base, json={"url": HOOK}, headers={**ALICE, **V10})
+    assert resp.status == 200, await resp.text()
+    config = await resp.json(content_type=None)
+    assert config["taskId"] == TASK and config["tenant"] == "acme"
+    resp = await client.get(f"{base}/{config['id']}", headers=ALICE)
+    assert await resp.json(content_type=None) == config
+    resp = await client.get(base, headers=ALICE)
+    assert (await resp.json(content_type=None))["configs"] == [config]
+    resp = await client.post(base, json={"url": HOOK, "tenant": "other"}, headers=ALICE)
+    assert resp.status == 400  # a body naming another tenant than the path
+    assert "tenant" in (await resp.json(content_type=None))["error"]["message"]
+    resp = await client.delete(f"{base}/{config['id']}", headers=ALICE)
+    assert resp.status == 200
+    assert await stored(notifier) == []
+
+
 async def test_rest_errors_are_google_rpc_status(setup: Setup) -> None:
     client, notifier = await setup()
     resp = await client.get("/tasks/ghost/pushNotificationConfigs", headers=ALICE)

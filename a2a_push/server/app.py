@@ -107,13 +107,17 @@ def mount(
 
     Adds ``POST {jsonrpc_path}`` (JSON-RPC; None leaves it out), the v1.0 REST routes
     ``POST|GET {rest_prefix}/tasks/{taskId}/pushNotificationConfigs`` and
-    ``GET|DELETE {rest_prefix}/tasks/{taskId}/pushNotificationConfigs/{id}``, and, when
+    ``GET|DELETE {rest_prefix}/tasks/{taskId}/pushNotificationConfigs/{id}`` (also under
+    ``{rest_prefix}/{tenant}/…``, the spec's tenant-scoped bindings), and, when
     ``jwks``, ``GET /.well-known/jwks.json`` (so do not also call
     ``notifier.add_routes`` for the JWKS). Bodies over ``max_body_bytes`` get 413.
     """
     prefix = rest_prefix.rstrip("/")
     collection = f"{prefix}/tasks/{{taskId}}/pushNotificationConfigs"
     item = f"{collection}/{{id}}"
+    # The spec's tenant-scoped bindings of the same methods (a2a.proto additional_bindings).
+    tenant_collection = f"{prefix}/{{tenant}}/tasks/{{taskId}}/pushNotificationConfigs"
+    tenant_item = f"{tenant_collection}/{{id}}"
 
     async def read_body(request: web.Request) -> bytes:
         length = request.content_length
@@ -173,6 +177,13 @@ def mount(
                     params["taskId"] = task_id
                 if config_id is not None:
                     params["id"] = config_id
+                tenant = request.match_info.get("tenant")
+                if tenant is not None:
+                    if params.get("tenant") not in (None, "", tenant):
+                        raise A2AError.invalid_params(
+                            "tenant: does not match the tenant in the path", "tenant"
+                        )
+                    params["tenant"] = tenant
             owner = await service.resolve_owner(request.headers)
             result = await service.handle(method, params, version=version, owner=owner)
         except _Refused as refused:
@@ -208,10 +219,11 @@ def mount(
 
     if jsonrpc_path is not None:
         app.router.add_post(jsonrpc_path, jsonrpc)
-    app.router.add_post(collection, create)
-    app.router.add_get(collection, list_)
-    app.router.add_get(item, get)
-    app.router.add_delete(item, delete)
+    for one, many in ((item, collection), (tenant_item, tenant_collection)):
+        app.router.add_post(many, create)
+        app.router.add_get(many, list_)
+        app.router.add_get(one, get)
+        app.router.add_delete(one, delete)
     if jwks:
         app.router.add_get(JWKS_PATH, jwks_route)
 
