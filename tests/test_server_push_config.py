@@ -543,7 +543,9 @@ async def test_an_oversized_body_is_413_json(setup: Setup) -> None:
 async def test_a_non_json_content_type_is_415(setup: Setup) -> None:
     client, _ = await setup()
     status, body = await post_raw(client, b"{}", **{"Content-Type": "text/plain"})
-    assert status == 415 and body["error"]["code"] == -32005
+    # InvalidRequest: ContentTypeNotSupported (-32005) is about message parts' media types.
+    assert status == 415 and body["error"]["code"] == -32600
+    assert "application/json" in body["error"]["message"]
     resp = await client.post(
         "/tasks/task-1/pushNotificationConfigs",
         data=b"{}",

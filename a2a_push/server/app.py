@@ -125,7 +125,12 @@ def mount(
             raise _too_large(max_body_bytes)
         if request.content_type not in JSON_MEDIA_TYPES:
             raise _Refused(
-                _UNSUPPORTED_MEDIA_TYPE, A2AError.content_type_not_supported(request.content_type)
+                _UNSUPPORTED_MEDIA_TYPE,
+                # Not ContentTypeNotSupported (-32005): that is about message parts.
+                A2AError.invalid_request(
+                    f"Content-Type {request.content_type!r}: send application/json or "
+                    f"{A2A_MEDIA_TYPE}"
+                ),
             )
         chunks: list[bytes] = []
         total = 0
