@@ -661,6 +661,39 @@ async def test_rest_errors_are_google_rpc_status(setup: Setup) -> None:
     assert await stored(notifier) == []
 
 
+async def test_rest_takes_the_v03_rest_bindings_request_and_answers_with_its_name(
+    setup: Setup,
+) -> None:
+    """What the official SDK's v0.3 REST client sends (its CreateTaskPushNotificationConfig
+    proto as JSON, proto field names) and how it reads the answer (ParseDict)."""
+    pytest.importorskip("a2a.compat.v0_3.a2a_v0_3_pb2")
+    from a2a.compat.v0_3 import a2a_v0_3_pb2
+    from google.protobuf.json_format import ParseDict
+
+    client, notifier = await setup()
+    body = {
+        "parent": f"tasks/{TASK}",
+        "config_id": "c9",
+        "config": {"push_notification_config": {"url": HOOK, "token": "t"}},
+    }
+    v03 = {**ALICE, "A2A-Version": "0.3"}
+    base = f"/tasks/{TASK}/pushNotificationConfigs"
+    resp = await client.post(base, json=body, headers=v03)
+    assert resp.status == 200, await resp.text()
+    parsed = ParseDict(
+        await resp.json(content_type=None),
+        a2a_v0_3_pb2.TaskPushNotificationConfig(),
+        ignore_unknown_fields=True,
+    )
+    assert parsed.name == f"tasks/{TASK}/pushNotificationConfigs/c9"
+    assert parsed.push_notification_config.url == HOOK
+    resp = await client.get(f"{base}/c9", headers=v03)
+    got = await resp.json(content_type=None)
+    assert got["name"] == parsed.name and got["pushNotificationConfig"]["id"] == "c9"
+    [config] = await stored(notifier)
+    assert config.id == "c9" and config.protocol_version == "0.3"
+
+
 async def test_rest_speaks_v03_when_asked(setup: Setup) -> None:
     client, notifier = await setup()
     v03 = {**ALICE, "A2A-Version": "0.3"}

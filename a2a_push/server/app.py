@@ -204,7 +204,11 @@ def mount(
             log.exception("push-config REST %s %s failed", request.method, request.path)
             return _rest_error(A2AError.internal_error(), 500)
         return web.json_response(
-            {} if result is None else result, content_type=A2A_MEDIA_TYPE, dumps=_dumps
+            _v03_rest_result(method, result, task_id)
+            if version == VERSION_0_3
+            else ({} if result is None else result),
+            content_type=A2A_MEDIA_TYPE,
+            dumps=_dumps,
         )
 
     async def create(request: web.Request) -> web.StreamResponse:
@@ -309,12 +313,34 @@ def _v03_rest_params(
     method: str, body: dict[str, Any], task_id: str, config_id: str | None
 ) -> dict[str, Any]:
     if method == V03_SET:
+        if isinstance(body.get("config"), dict):
+            # The v0.3 REST binding's request: {parent, configId, config: {name,
+            # pushNotificationConfig}} (field names in either case); else the JSON-RPC
+            # shape, {taskId, pushNotificationConfig}.
+            given_id = body.get("configId", body.get("config_id"))
+            config = body["config"]
+            inner = config.get("pushNotificationConfig", config.get("push_notification_config"))
+            if isinstance(inner, dict) and given_id and not inner.get("id"):
+                inner = {**inner, "id": given_id}
+            body = {"pushNotificationConfig": inner} if inner is not None else {}
         _same_task(body, task_id)
         return {**body, "taskId": task_id}
     params: dict[str, Any] = {"id": task_id}
     if config_id is not None:
         params["pushNotificationConfigId"] = config_id
     return params
+
+
+def _v03_rest_result(method: str, result: Any, task_id: str) -> Any:
+    """A v0.3 result as the v0.3 REST binding returns it: a config also carries its
+    resource ``name`` (tasks/{taskId}/pushNotificationConfigs/{id}), which v0.3 REST
+    clients read the task id from."""
+    if result is None:
+        return {}
+    if method in (V03_SET, V03_GET) and isinstance(result, dict):
+        inner = result.get("pushNotificationConfig") or {}
+        return {**result, "name": f"tasks/{task_id}/pushNotificationConfigs/{inner.get('id', '')}"}
+    return result
 
 
 def _rest_error(err: A2AError, status: int) -> web.Response:
