@@ -329,7 +329,8 @@ class PushNotifier:
         it (with a higher seq): the config's first webhook is always the snapshot.
 
         Raises ``InvalidConfigError`` (with ``.field``) for a bad URL, an address the SSRF
-        policy refuses, or a task over its config cap; then nothing is stored or queued.
+        policy refuses, a task over its config cap, or a config id registered before
+        through another protocol version; then nothing is stored or queued.
         """
         target_task = task_id or config.task_id
         if not target_task:
@@ -343,16 +344,6 @@ class PushNotifier:
             stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
-        if config.id:
-            existing = await self.store.get_config(target_task, config.id, owner)
-            if existing is not None and existing.protocol_version != protocol_version:
-                # Its queued webhooks were rendered for the version it was registered
-                # with: relabelling them (A2A-Version) would send bodies of the wrong shape.
-                raise InvalidConfigError(
-                    "id",
-                    f"config {config.id!r} was registered through A2A "
-                    f"{existing.protocol_version}; delete it first, or use another id",
-                )
         snapshot = task
         if snapshot is None and self.task_provider is not None:
             snapshot = await self.task_provider(target_task)

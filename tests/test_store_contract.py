@@ -57,6 +57,14 @@ async def test_put_config_with_same_id_replaces_and_keeps_key(store: Store) -> N
     assert len(page) == 1
 
 
+async def test_put_config_keeps_a_config_ids_protocol_version(store: Store) -> None:
+    first = await store.put_config(config(id="a", version="0.3"))
+    with pytest.raises(InvalidConfigError) as refused:
+        await store.put_config(config(id="a", url="http://127.0.0.1:9/other"))  # as 1.0
+    assert refused.value.field == "id" and "0.3" in str(refused.value)
+    assert await store.get_config("task-1", "a", "alice") == first  # unchanged
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_per_task_cap_is_enforced(kind: str, tmp_path: Path) -> None:
     async with make_store(kind, tmp_path, StoreOptions(max_configs_per_task=2)) as s:

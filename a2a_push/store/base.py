@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from ..errors import InvalidConfigError
 from ..protocol.constants import DEFAULT_MAX_CONFIGS_PER_TASK, VERSION_1_0
 
 Renderer = Callable[[str], bytes]
@@ -144,6 +145,18 @@ class StoreOptions:
     # encrypts, all decrypt (rotation). None: stored in clear (memory backend ignores it).
     encryption_keys: Sequence[str] | None = None
     extra: dict[str, object] = field(default_factory=dict)
+
+
+def check_same_version(config: StoredConfig, stored_version: str) -> None:
+    """Registering a config id again keeps its protocol version (checked in the write's
+    transaction): its queued webhooks were rendered for that version, and relabelling
+    them (A2A-Version) would send bodies of the wrong shape."""
+    if stored_version != config.protocol_version:
+        raise InvalidConfigError(
+            "id",
+            f"config {config.id!r} was registered through A2A {stored_version}; delete it "
+            "first, or use another id",
+        )
 
 
 class ConfigStore(abc.ABC):

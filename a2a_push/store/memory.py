@@ -19,6 +19,7 @@ from .base import (
     Store,
     StoredConfig,
     StoreOptions,
+    check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
 
@@ -67,6 +68,7 @@ class MemoryStore(Store):
             stored = config
         else:
             old = self._configs[existing_key]
+            check_same_version(config, old.protocol_version)
             stored = replace(config, key=existing_key, created_at=old.created_at)
         self._configs[stored.key] = stored
         self._config_index[index] = stored.key

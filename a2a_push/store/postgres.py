@@ -61,6 +61,7 @@ from .base import (
     Store,
     StoredConfig,
     StoreOptions,
+    check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
 from .rows import RowMapping
@@ -455,6 +456,7 @@ class PostgresStore(RowMapping, Store):
                     config.created_at,
                 )
             else:
+                check_same_version(config, found["protocol_version"])
                 key = found["key"]
                 await conn.execute(
                     _Q["replace_config"],

@@ -39,6 +39,7 @@ from .base import (
     Store,
     StoredConfig,
     StoreOptions,
+    check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
 from .rows import RowMapping
@@ -212,6 +213,7 @@ class SQLiteStore(RowMapping, Store):
                 conn.execute(_Q["insert_config"], values)
                 stored = config
             else:
+                check_same_version(config, found["protocol_version"])
                 values["key"] = found["key"]
                 conn.execute(_Q["replace_config"], values)
                 conn.execute(_Q["set_lanes_endpoint"], (values["endpoint"], found["key"]))

@@ -56,7 +56,7 @@ WHERE key = $1;
 UPDATE lanes SET endpoint = $1 WHERE config_key = $2;
 
 -- name: find_config_key
-SELECT key, created_at FROM configs WHERE task_id = $1 AND owner = $2 AND id = $3;
+SELECT key, created_at, protocol_version FROM configs WHERE task_id = $1 AND owner = $2 AND id = $3;
 
 -- name: count_task_configs
 SELECT count(*) FROM configs WHERE task_id = $1;

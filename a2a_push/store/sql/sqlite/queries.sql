@@ -14,7 +14,7 @@ WHERE key = :key;
 UPDATE lanes SET endpoint = ? WHERE config_key = ?;
 
 -- name: find_config_key
-SELECT key, created_at FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
+SELECT key, created_at, protocol_version FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
 
 -- name: count_task_configs
 SELECT count(*) FROM configs WHERE task_id = ?;
