@@ -105,6 +105,7 @@ class TaskFetcher:
         # When each task was last fetched (monotonic), for the minimum interval; bounded.
         self._last: OrderedDict[Key, float] = OrderedDict()
         self._urgent: dict[Key, asyncio.Event] = {}
+        self._waiting: set[Key] = set()  # fetches waiting out their minimum interval
         self._retry_later = retry_later
         self._failures: dict[Key, int] = {}  # consecutive failed rounds per task
         self._max_wait = max_wait
@@ -133,6 +134,10 @@ class TaskFetcher:
     @property
     def busy(self) -> int:
         return len(self._running)
+
+    def waiting(self, agent_url: str, task_id: str) -> bool:
+        """Whether the task's next fetch is waiting out its minimum interval."""
+        return (agent_url, task_id) in self._waiting
 
     def want(self, agent_url: str, task_id: str, up_to: int, *, urgent: bool = False) -> None:
         """Ask for a snapshot covering notifications up to ``up_to``; ``urgent`` skips the
@@ -192,8 +197,12 @@ class TaskFetcher:
         if wait <= 0:
             return
         urgent = self._urgent.setdefault(key, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(urgent.wait(), wait)
+        self._waiting.add(key)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(urgent.wait(), wait)
+        finally:
+            self._waiting.discard(key)
         urgent.clear()
 
     def _later(self, key: Key, up_to: int) -> None:

@@ -9,7 +9,7 @@ import secrets
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +88,14 @@ class Rig:
                 return dict(last)
             await asyncio.sleep(0.05)
         raise AssertionError(f"task {task_id} never reached {state}; last: {last}")
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds (fails the test after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.005)
 
 
 def receiver_settings(tmp_path: Path, agent_url: str, port: int, **extra: Any) -> ReceiverSettings:

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from a2a_push.cli import main as cli_main
+from a2a_push.endpoints import endpoint_of
 from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import verify_webhook_jwt
@@ -127,7 +128,7 @@ async def test_bad_requests_get_clear_json_errors(tmp_path: Path) -> None:
 async def test_admin_api_lists_replays_and_disables(tmp_path: Path) -> None:
     async with (
         WebhookSink() as sink,
-        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, _gw),
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, gw),
         aiohttp.ClientSession() as session,
     ):
         sink.set_default("/hook", 400)  # every delivery is dead-lettered at once
@@ -161,8 +162,16 @@ async def test_admin_api_lists_replays_and_disables(tmp_path: Path) -> None:
         ) as resp:
             assert (await resp.json())["replayed"] == 1
         await sink.wait_for(2)
+        # The endpoint answered every time (a 400 is an answer): no breaker is open.
         async with session.get(url + "/admin/endpoints", headers=admin) as resp:
-            assert resp.status == 200 and "open" in await resp.json()
+            assert resp.status == 200 and await resp.json() == {"open": []}
+        # Failures enough to open its breaker: the endpoint is listed (scheme://host:port).
+        health = gw.notifier.dispatcher.health
+        endpoint = endpoint_of(sink.url())
+        for _ in range(health.failure_threshold):
+            health.record_failure(endpoint)
+        async with session.get(url + "/admin/endpoints", headers=admin) as resp:
+            assert resp.status == 200 and await resp.json() == {"open": [endpoint]}
         key = dead[0]["configKey"]
         async with session.post(f"{url}/admin/configs/{key}/disable", headers=admin) as resp:
             assert (await resp.json())["enabled"] is False

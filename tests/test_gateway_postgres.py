@@ -142,7 +142,17 @@ async def _create_configs(url: str, sink: WebhookSink, tasks: list[str]) -> None
                 assert "result" in body, body
 
 
-async def _publish(urls: list[str], tasks: list[str], events: int) -> None:
+async def _publish(
+    urls: list[str],
+    tasks: list[str],
+    events: int,
+    *,
+    published: Callable[[], None] | None = None,
+    before_last: Callable[[], Awaitable[object]] | None = None,
+) -> None:
+    """Publish ``events`` events to each task, tasks concurrently, through the replicas in
+    turn. ``published`` is called after each event is accepted; each task awaits
+    ``before_last`` before its last (completed) event."""
     clients = [GatewayClient(u, AGENT_KEY, deadline=90, attempts=100) for u in urls]
     try:
 
@@ -152,7 +162,11 @@ async def _publish(urls: list[str], tasks: list[str], events: int) -> None:
                 state = TaskState.WORKING if n < events - 1 else TaskState.COMPLETED
                 event = status(task, state)
                 event.metadata = {"n": n}
+                if n == events - 1 and before_last is not None:
+                    await before_last()
                 await client.publish(task, event)
+                if published is not None:
+                    published()
 
         await asyncio.gather(*(one_task(i, t) for i, t in enumerate(tasks)))
     finally:
@@ -286,14 +300,35 @@ def _restart_postgres() -> None:
 
 async def test_a_postgresql_restart_mid_load_loses_nothing() -> None:
     tasks = [f"task-{uuid.uuid4().hex[:8]}" for _ in range(8)]
-    events = 10
+    events = 12
     async with WebhookSink() as sink, cluster() as (_db, replicas):
         a = await replicas.add()
         b = await replicas.add()
         await _create_configs(a.url, sink, tasks)
-        publishing = asyncio.create_task(_publish([a.url, b.url], tasks, events))
-        await asyncio.sleep(0.3)
+        accepted = 0
+        under_way = asyncio.Event()  # a first event of each task (on average) is in
+        restarted = asyncio.Event()
+
+        def count() -> None:
+            nonlocal accepted
+            accepted += 1
+            if accepted >= len(tasks):
+                under_way.set()
+
+        # The restart starts once publishing is under way, with most of the load still to
+        # go (checked below), which goes on meanwhile. Each task's last event waits for the
+        # restart to be over: publishing cannot be finished before it (however fast the
+        # rest went), and some events are always published after it, to replicas whose
+        # database connections it cut.
+        publishing = asyncio.create_task(
+            _publish([a.url, b.url], tasks, events, published=count, before_last=restarted.wait)
+        )
+        await asyncio.wait_for(under_way.wait(), 60)
+        assert not publishing.done()
+        assert accepted <= len(tasks) * events // 2, accepted  # most of the load is to come
         await asyncio.to_thread(_restart_postgres)
+        assert not publishing.done()
+        restarted.set()
         await publishing  # the client retried through the outage (503 + Retry-After)
         await _wait(sink, tasks, events, 90)
         # The client's retries carry one Idempotency-Key per event: even an event whose

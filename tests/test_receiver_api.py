@@ -18,7 +18,7 @@ from receiver.settings import ReceiverSettings
 from receiver.store import Subscription, SubscriptionState, TaskEvent
 from receiver.verify import token_digest
 
-from .receiver_support import API_KEY, BOB_KEY, rig, sse_frames
+from .receiver_support import API_KEY, BOB_KEY, rig, sse_frames, until
 
 
 async def _post(r: Any, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
@@ -239,8 +239,12 @@ async def test_accepted_notifications_are_fetched_after_a_restart(tmp_path: Path
                 headers={"X-A2A-Notification-Token": "secret-token"},
             ) as resp:
                 assert resp.status == 200, await resp.text()
-            await asyncio.sleep(0.2)
-            assert agent.calls >= 1  # tried, and failed: the agent is down
+            await until(lambda: agent.calls >= 1, "the receiver asked the agent")
+            fetcher = first.app[RECEIVER].fetcher
+            assert fetcher is not None
+            await fetcher.idle()  # the fetch is over: tried, and failed (the agent is down)
+            assert fetcher.busy == 0
+            assert await first.app[RECEIVER].store.pending_fetches() != []
             await first.close()
 
             agent.down = False
@@ -307,6 +311,9 @@ async def test_fetches_are_spaced_per_task_but_a_final_state_is_fetched_at_once(
                 }
             }
 
+        fetcher = core.fetcher
+        assert fetcher is not None
+        key = (agent_url.rstrip("/"), "t1")
         async with aiohttp.ClientSession() as session:
             for n in range(5):
                 async with session.post(
@@ -315,8 +322,13 @@ async def test_fetches_are_spaced_per_task_but_a_final_state_is_fetched_at_once(
                     headers=headers,
                 ) as resp:
                     assert resp.status == 200
-                await asyncio.sleep(0.05)
-            assert agent.calls == 1  # the first fetched at once; the rest wait 30 s
+                if n == 0:
+                    await until(lambda: agent.calls >= 1, "the first was fetched at once")
+            # The rest wait 30 s: the fetcher has gone to wait out the interval (it makes
+            # the task's wake-up event only then) and has not asked the agent again.
+            await until(lambda: fetcher.waiting(*key), "the fetcher waits out the interval")
+            assert fetcher.busy == 1
+            assert agent.calls == 1
             agent.state = "TASK_STATE_COMPLETED"
             async with session.post(
                 server.make_url("/webhooks/a2a"),
@@ -324,8 +336,8 @@ async def test_fetches_are_spaced_per_task_but_a_final_state_is_fetched_at_once(
                 headers=headers,
             ) as resp:
                 assert resp.status == 200
-            assert core.fetcher is not None
-            await core.fetcher.idle(5)
+            await fetcher.idle()
+            assert fetcher.busy == 0
         assert agent.calls == 2  # the final state skipped the wait and covered the rest
         assert await core.store.pending_fetches() == []
         snap = await core.store.get_snapshot(agent_url.rstrip("/"), "t1")

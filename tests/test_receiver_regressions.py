@@ -34,7 +34,14 @@ from receiver.settings import ReceiverSettings, load_settings
 from receiver.store import Subscription, SubscriptionState
 from receiver.verify import MAX_JWKS_BYTES, token_digest
 
-from .receiver_support import API_KEY, WebhookRig, _free_port, status_update, webhook_rig
+from .receiver_support import (
+    API_KEY,
+    WebhookRig,
+    _free_port,
+    status_update,
+    until,
+    webhook_rig,
+)
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -49,7 +56,8 @@ class Agent:
     card: Any = None
     """The agent card (any JSON); None: one naming ``/keys`` as the JWKS URL."""
     card_raw: bytes | None = None
-    create_delay: float = 0.0
+    create_gate: asyncio.Event | None = None
+    """When set, CreateTaskPushNotificationConfig answers only once this event is set."""
     create_error: dict[str, Any] | None = None
     creates: int = 0
 
@@ -82,7 +90,8 @@ class Agent:
                 }
                 return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": task})
             self.creates += 1
-            await asyncio.sleep(self.create_delay)
+            if self.create_gate is not None:
+                await self.create_gate.wait()
             if self.create_error is not None:
                 error = self.create_error
                 return web.json_response({"jsonrpc": "2.0", "id": data["id"], "error": error})
@@ -366,33 +375,64 @@ async def _subscribe(
         return r.status, await r.json()
 
 
+async def _duplicate_while_creating(
+    session: aiohttp.ClientSession,
+    settings: ReceiverSettings,
+    agent: Agent,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[tuple[int, Any], tuple[int, Any]]:
+    """Subscribe twice, the second while the agent holds the first's create; (first's
+    answer, second's answer)."""
+    gate = agent.create_gate = asyncio.Event()
+    entered = 0  # subscribe() calls that reached the receiver
+    real_subscribe = receiver.subscribe
+
+    async def subscribe(*args: Any, **kwargs: Any) -> tuple[Subscription, bool]:
+        nonlocal entered
+        entered += 1
+        return await real_subscribe(*args, **kwargs)
+
+    monkeypatch.setattr(receiver, "subscribe", subscribe)
+    try:
+        first = asyncio.create_task(_subscribe(session, settings, agent))
+        await until(lambda: agent.creates == 1, "the agent has the first create")
+        second = asyncio.create_task(_subscribe(session, settings, agent))
+        # subscribe() runs without yielding until it waits (for the first's outcome, or
+        # for its own create): once it has been entered, the second has made its choice.
+        await until(lambda: entered == 2, "the second request reached the receiver")
+        assert not first.done()
+    finally:
+        gate.set()
+    return await first, await second
+
+
 async def test_a_duplicate_during_a_failing_create_gets_the_same_error_not_the_row(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = Agent(create_delay=0.4, create_error={"code": -32602, "message": "bad params"})
+    agent = Agent(create_error={"code": -32602, "message": "bad params"})
     async with agent_server(agent):
         settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
         async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
-            first = asyncio.create_task(_subscribe(session, settings, agent))
-            await asyncio.sleep(0.1)  # the first is waiting for the agent
-            second = await _subscribe(session, settings, agent)
+            first, second = await _duplicate_while_creating(
+                session, settings, agent, receiver, monkeypatch
+            )
             assert second[0] == 502 and second[1]["error"] == "agent_error"
-            assert await first == second
+            assert first == second
             assert agent.creates == 1
             assert await receiver.store.list_subscriptions("alice") == []
 
 
 async def test_a_duplicate_during_a_successful_create_gets_the_confirmed_subscription(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = Agent(create_delay=0.4)
+    agent = Agent()
     async with agent_server(agent):
         settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
-        async with receiver_server(settings), aiohttp.ClientSession() as session:
-            first = asyncio.create_task(_subscribe(session, settings, agent))
-            await asyncio.sleep(0.1)
-            second = await _subscribe(session, settings, agent)
-            status, created = await first
+        async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
+            (status, created), second = await _duplicate_while_creating(
+                session, settings, agent, receiver, monkeypatch
+            )
             assert (status, second[0]) == (201, 200)
             assert second[1]["id"] == created["id"] and second[1]["state"] == "active"
             assert agent.creates == 1

@@ -150,28 +150,64 @@ async def test_a_write_lock_held_elsewhere_is_waited_for_without_blocking(tmp_pa
     db = tmp_path / "push.db"
     async with SQLiteStore(db) as store:
         await store.put_config(config(id="a"))
+        assert isinstance(store, SQLiteStore)
+        writer = _writer(store)
+        # The writer never waits for the lock inside SQLite (on the event loop), but
+        # backs off with asyncio and tries again.
+        assert writer._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+        attempts = 0  # transactions the writer tried to begin
+        real_run_batch = writer._run_batch
+
+        def counted(batch):  # type: ignore[no-untyped-def]
+            nonlocal attempts
+            attempts += 1
+            return real_run_batch(batch)
+
+        writer._run_batch = counted  # type: ignore[method-assign]
         locked, release = threading.Event(), threading.Event()
 
         def other_process_writing() -> None:
             conn = sqlite3.connect(db, isolation_level=None)
             conn.execute("BEGIN IMMEDIATE")
             locked.set()
-            release.wait(5)
+            release.wait(60)  # released by the test (the timeout only guards against a hang)
             conn.execute("COMMIT")
             conn.close()
 
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.002)
+                ticks += 1
+
         holder = threading.Thread(target=other_process_writing)
         holder.start()
-        await asyncio.to_thread(locked.wait, 5)
-        publish = asyncio.create_task(
-            store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW)
-        )
-        started = time.monotonic()
-        await asyncio.sleep(0.2)  # the event loop keeps running meanwhile
-        assert time.monotonic() - started < 0.5
-        assert not publish.done()
-        release.set()
-        seq, delivered_ids = await asyncio.wait_for(publish, 5)
+        ticking = asyncio.create_task(ticker())
+        try:
+            assert await asyncio.to_thread(locked.wait, 10)
+            publish = asyncio.create_task(
+                store.enqueue("task-1", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+            )
+            # Once the publish has run into the lock, the event loop must keep running
+            # other tasks while it waits: the ticker goes on ticking, the publish pending.
+            # (Were the wait blocking, the loop would stand still until the lock is free,
+            # and the publish would be done before the ticker could tick again.)
+            deadline = time.monotonic() + 10
+            while attempts == 0:
+                assert time.monotonic() < deadline, "the publish never tried to write"
+                await asyncio.sleep(0.001)
+            ticked_from = ticks
+            while ticks < ticked_from + 10:
+                assert time.monotonic() < deadline, "the ticker stopped ticking"
+                assert not publish.done(), "the publish was not kept waiting for the lock"
+                await asyncio.sleep(0.001)
+            assert not publish.done()
+        finally:
+            release.set()
+            ticking.cancel()
+        seq, delivered_ids = await asyncio.wait_for(publish, 10)
         assert seq == 1 and len(delivered_ids) == 1
         await asyncio.to_thread(holder.join)
 
