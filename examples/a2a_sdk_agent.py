@@ -89,7 +89,10 @@ def agent_card(url: str) -> a2a_pb2.AgentCard:
         description="Rolls dice; push notifications by a2a-push.",
         version="0.1.0",
         supported_interfaces=[
-            a2a_pb2.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")
+            a2a_pb2.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            # The SDK's v0.3 compatibility layer (below): v0.3 clients' configs get v0.3
+            # webhooks.
+            a2a_pb2.AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
         capabilities=a2a_pb2.AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=["text/plain"],
@@ -134,7 +137,7 @@ def build_app(notifier: PushNotifier, url: str) -> tuple[Starlette, DefaultReque
 
     routes = [
         *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, "/"),
+        *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
         Route(JWKS_PATH, jwks, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan), handler

@@ -184,6 +184,48 @@ async def test_config_store_round_trips_through_the_sdk_request_handler(
     assert await agent.notifier.get_config(task_id, "second", ANONYMOUS_OWNER) is None
 
 
+async def test_a_v03_clients_configs_are_v03_through_the_sdks_compatibility_layer(
+    sink: WebhookSink, agent: RunningAgent, client: httpx.AsyncClient
+) -> None:
+    response = await client.post(
+        agent.url,
+        headers={"A2A-Version": "0.3"},
+        json={
+            "jsonrpc": "2.0",
+            "id": "1",
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "messageId": str(uuid.uuid4()),
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "roll 1"}],
+                },
+                "configuration": {"pushNotificationConfig": {"url": sink.url("/v03")}},
+            },
+        },
+    )
+    reply = response.json()
+    assert "result" in reply, reply
+    task_id = reply["result"]["id"]
+    [stored] = (await agent.notifier.list_configs(task_id, ANONYMOUS_OWNER))[0]
+    assert stored.protocol_version == "0.3"
+    await sink.wait_for(1, timeout=10, path="/v03")
+    hooks = sink.on("/v03")
+    assert all(h.header("A2A-Version") == "0.3" for h in hooks)
+    assert all("kind" in json.loads(h.body) for h in hooks)  # v0.3 shapes, no StreamResponse
+    # A v1.0 client's Create through the same agent stays v1.0.
+    created = await rpc(
+        client,
+        agent,
+        "CreateTaskPushNotificationConfig",
+        {"taskId": task_id, "id": "v10", "url": sink.url("/v10")},
+    )
+    assert "result" in created, created
+    v10 = await agent.notifier.get_config(task_id, "v10", ANONYMOUS_OWNER)
+    assert v10 is not None and v10.protocol_version == "1.0"
+
+
 async def test_refused_webhook_url_is_an_invalid_params_error(
     agent: RunningAgent, client: httpx.AsyncClient
 ) -> None:

@@ -33,7 +33,7 @@ like the SDK's own stores); an unauthenticated caller (empty user name) maps to
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -55,9 +55,17 @@ from google.protobuf.json_format import (  # type: ignore[import-untyped, unused
 from ..errors import InvalidConfigError
 from ..notifier import PushNotifier
 from ..protocol import types as t
+from ..protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
+from ..server.push_config import header_value
 from ..store import StoredConfig
 
-__all__ = ["ANONYMOUS_OWNER", "A2APushConfigStore", "A2APushSender", "owner_from_context"]
+__all__ = [
+    "ANONYMOUS_OWNER",
+    "A2APushConfigStore",
+    "A2APushSender",
+    "owner_from_context",
+    "protocol_version_of",
+]
 
 log = logging.getLogger("a2a_push.integrations.a2a_sdk")
 
@@ -67,6 +75,22 @@ ANONYMOUS_OWNER = "a2a-sdk:anonymous"
 OwnerResolver = Callable[[ServerCallContext], str]
 
 _PAGE = 100
+
+
+def protocol_version_of(context: ServerCallContext) -> str:
+    """The A2A version a call speaks: "0.3" when the SDK's v0.3 compatibility layer
+    serves it (a v0.3 method name such as ``tasks/pushNotificationConfig/set`` or
+    ``message/send``, or ``A2A-Version: 0.3`` on the request), else "1.0". A config keeps
+    it: its webhooks are rendered for that version (PROTOCOL.md)."""
+    method = context.state.get("method")
+    if isinstance(method, str) and "/" in method:
+        return VERSION_0_3
+    headers = context.state.get("headers")
+    if isinstance(headers, Mapping):
+        value = header_value(headers, HEADER_A2A_VERSION)
+        if value is not None and value.strip().split(".")[:2] == ["0", "3"]:
+            return VERSION_0_3
+    return VERSION_1_0
 
 
 def owner_from_context(context: ServerCallContext) -> str:
@@ -128,7 +152,11 @@ class A2APushConfigStore(PushNotificationConfigStore):
             config = _to_model(normalized, t.TaskPushNotificationConfig)
             snapshot = await self._snapshot(task_id, context)
             stored = await self.notifier.register_config(
-                config, owner=self.owner_resolver(context), task_id=task_id, task=snapshot
+                config,
+                owner=self.owner_resolver(context),
+                task_id=task_id,
+                protocol_version=protocol_version_of(context),
+                task=snapshot,
             )
             if snapshot is not None:
                 await self.notifier.catch_up(
