@@ -172,6 +172,22 @@ def _body_task(body: bytes) -> tuple[str, str, bool]:
     return kind, task_id, _is_urgent(payload)
 
 
+class _SubscriptionLookup:
+    """Subscriptions by id for one webhook: the steps that need one (which agent of a
+    shared issuer, whether it is subscribed, which subscription) read each once."""
+
+    __slots__ = ("_found", "_store")
+
+    def __init__(self, store: ReceiverStore) -> None:
+        self._store = store
+        self._found: dict[str, Subscription | None] = {}
+
+    async def by_id(self, subscription_id: str) -> Subscription | None:
+        if subscription_id not in self._found:
+            self._found[subscription_id] = await self._store.get_subscription(subscription_id)
+        return self._found[subscription_id]
+
+
 class Receiver:
     """Verifies webhooks, keeps subscriptions, fetches and stores tasks, tells clients."""
 
@@ -432,8 +448,9 @@ class Receiver:
             raise WebhookRejected(
                 415, "unsupported_media_type", f"send {A2A_MEDIA_TYPE} or application/json"
             )
-        candidates, sub = await self._identify(headers)
-        agent, verified = await self._verify(candidates, sub, headers, body)
+        lookup = _SubscriptionLookup(self.store)  # each subscription read once per webhook
+        candidates, sub = await self._identify(headers, lookup)
+        agent, verified = await self._verify(candidates, sub, headers, body, lookup)
         # After verification: forged requests naming an agent must not use up its budget.
         wait = self._limiter.wait(agent.key)
         if wait > 0:
@@ -446,7 +463,7 @@ class Receiver:
         kind, task_id, urgent = _body_task(body)
         if await self.store.seen(agent.key, verified.dedup_key):
             return 200, {"status": "duplicate"}
-        sub = await self._subscription_for(agent, verified, task_id, sub)
+        sub = await self._subscription_for(agent, verified, task_id, sub, lookup)
         if verified.claims is not None:
             token = presented_token(headers)
             if token is not None:
@@ -473,7 +490,7 @@ class Receiver:
         return 200, {"status": "accepted"}
 
     async def _identify(
-        self, headers: Mapping[str, str]
+        self, headers: Mapping[str, str], lookup: _SubscriptionLookup
     ) -> tuple[list[AgentSettings], Subscription | None]:
         """Which agents (and, for a token, which subscription) a request may be from.
 
@@ -486,7 +503,7 @@ class Receiver:
             issuer = claims.get("iss")
             agents = self._by_issuer.get(issuer, []) if isinstance(issuer, str) else []
             if len(agents) > 1:
-                agents = await self._likely_first(agents, claims)
+                agents = await self._likely_first(agents, claims, lookup)
             if agents:
                 return agents, None
         token = presented_token(headers)
@@ -509,7 +526,7 @@ class Receiver:
         raise WebhookRejected(401, "no_credentials", "the request is not authenticated")
 
     async def _likely_first(
-        self, agents: list[AgentSettings], claims: Mapping[str, Any]
+        self, agents: list[AgentSettings], claims: Mapping[str, Any], lookup: _SubscriptionLookup
     ) -> list[AgentSettings]:
         """Agents sharing an issuer, the one the (unverified) JWT is likely from first: the
         agent of the subscription its configId names. Only an order to try them in:
@@ -517,17 +534,21 @@ class Receiver:
         config_id = claims.get("configId")
         if not isinstance(config_id, str) or not config_id:
             return agents
-        sub = await self.store.get_subscription(config_id)
+        sub = await lookup.by_id(config_id)
         likely = sub.agent_url if sub is not None else None
         return sorted(agents, key=lambda a: a.key != likely)
 
     async def _subscribed(
-        self, agent: AgentSettings, verified: VerifiedWebhook, body: bytes
+        self,
+        agent: AgentSettings,
+        verified: VerifiedWebhook,
+        body: bytes,
+        lookup: _SubscriptionLookup,
     ) -> bool:
         """Whether ``agent`` has a subscription this verified JWT can be for: the one its
         configId names, or one to the body's task (the body is covered by the JWT)."""
         if verified.config_id is not None:
-            sub = await self.store.get_subscription(verified.config_id)
+            sub = await lookup.by_id(verified.config_id)
             if sub is not None and sub.agent_url == agent.key:
                 return True
         try:
@@ -542,6 +563,7 @@ class Receiver:
         sub: Subscription | None,
         headers: Mapping[str, str],
         body: bytes,
+        lookup: _SubscriptionLookup,
     ) -> tuple[AgentSettings, VerifiedWebhook]:
         """The agent the request is from, and what its verifier says. With several
         candidates (agents sharing a JWT issuer, or Standard Webhooks secret holders),
@@ -573,7 +595,7 @@ class Receiver:
                 )
             if len(candidates) == 1 or verified.claims is None:
                 return agent, verified
-            if await self._subscribed(agent, verified, body):
+            if await self._subscribed(agent, verified, body, lookup):
                 return agent, verified
             fallback = fallback or (agent, verified)
         if fallback is not None and (refusal is None or refusal.status != 503):
@@ -589,6 +611,7 @@ class Receiver:
         verified: VerifiedWebhook,
         task_id: str,
         known: Subscription | None,
+        lookup: _SubscriptionLookup,
     ) -> Subscription:
         if verified.task_id is not None and verified.task_id != task_id:
             raise WebhookRejected(400, "task_mismatch", "the JWT taskId is not the body's task")
@@ -598,7 +621,7 @@ class Receiver:
             return known
         sub = None
         if verified.config_id is not None:
-            sub = await self.store.get_subscription(verified.config_id)
+            sub = await lookup.by_id(verified.config_id)
         if sub is None:
             subs = await self.store.subscriptions_for_task(agent.key, task_id)
             active = [s for s in subs if s.state is SubscriptionState.ACTIVE]
