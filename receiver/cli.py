@@ -10,6 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
+from a2a_push import logs
+
 from .settings import (
     CONFIG_ENV,
     DEFAULT_HOST,
@@ -101,9 +103,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level)
     if settings.workers > 1 and not args.worker:
         return _supervise(args, settings)
     app = create_app(settings)

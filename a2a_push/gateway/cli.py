@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from a2a_push import logs
 from a2a_push.signing.keys import Algorithm, KeyStoreError
 
 from .settings import DEFAULT_PORT, ENV_PREFIX, GatewaySettingsError, load_gateway_settings
@@ -113,9 +114,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(str(args.log_level).upper())
     where = "PostgreSQL" if settings.is_postgres else settings.database_url
     banner = (
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
