@@ -522,6 +522,29 @@ async def test_a_config_created_before_any_event_gets_no_made_up_snapshot(
         assert len(bodies) == 1 and "statusUpdate" in bodies[0], bodies
 
 
+async def test_an_artifact_first_gives_no_snapshot_with_a_made_up_status(
+    gateway: Gateway,
+) -> None:
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        artifact = {
+            "artifactUpdate": {
+                "taskId": "T",
+                "contextId": "ctx-1",
+                "artifact": {"artifactId": "a1", "parts": [{"text": "early"}]},
+            }
+        }
+        async with session.post(
+            f"{url}/v1/tasks/T/events", data=json.dumps(artifact), headers=_auth()
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+        assert "result" in await _create_in_background(session, url, sink)
+        assert (await _post_event(session, url, "T", TaskState.WORKING))[1]["deliveries"] == 1
+        await sink.wait_for(1, path="/T")
+        await asyncio.sleep(0.2)
+        bodies = [json.loads(h.body) for h in sink.on("/T")]
+        assert len(bodies) == 1 and "statusUpdate" in bodies[0], bodies  # no SUBMITTED
+
+
 async def test_a_first_event_posted_while_a_config_is_created_is_sent_as_a_snapshot(
     gateway: Gateway,
 ) -> None:

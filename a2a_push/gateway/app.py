@@ -44,7 +44,6 @@ from a2a_push.protocol.types import (
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
-    TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
     is_text,
@@ -191,18 +190,18 @@ class Gateway:
 
     async def _task(self, task_id: str, known: TaskOwner | None = None) -> Task | NoSnapshot:
         """The task as the gateway knows it (its latest recorded status and context), or
-        NO_SNAPSHOT before its agent has posted an event with its context: a new config
-        then gets the task's events from the first one, not a made-up snapshot."""
+        NO_SNAPSHOT before its agent has posted an event with its context and status: a
+        new config then gets the task's events from the next one, not a made-up
+        snapshot."""
         if known is None:
             known = await self.state.owner(task_id)
-        if known is None or known.context_id is None:
+        if known is None or known.context_id is None or known.status is None:
             return NO_SNAPSHOT
-        status = known.status or {"state": TaskState.SUBMITTED.value}
         try:
             return Task(
                 id=task_id,
                 context_id=known.context_id,
-                status=TaskStatus.model_validate(status),
+                status=TaskStatus.model_validate(known.status),
             )
         except ValidationError:
             return NO_SNAPSHOT

@@ -295,12 +295,14 @@ class PostgresGatewayState(GatewayState):
             raise StoreUnavailableError(
                 "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
             ) from exc
+        from a2a_push.store.postgres import UNAVAILABLE_ERRORS  # outages, as the outbox sees
+
         settings = {"search_path": self.schema} if self.schema else None
         try:
             pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=4, server_settings=settings
             )
-        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
+        except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
         except asyncpg.PostgresError as exc:
             raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
@@ -318,7 +320,7 @@ class PostgresGatewayState(GatewayState):
                     await conn.execute(_PG_SCHEMA)
         except BaseException as exc:
             pool.terminate()
-            if isinstance(exc, OSError | asyncpg.PostgresConnectionError):
+            if isinstance(exc, UNAVAILABLE_ERRORS):
                 raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
             if isinstance(exc, asyncpg.PostgresError):
                 raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
