@@ -56,6 +56,7 @@ from .store import (
     is_postgres_url,
     open_store,
 )
+from .store.sql import migrations
 
 PROG = "a2a-push"
 
@@ -857,12 +858,15 @@ def _open_store(args: argparse.Namespace) -> Store:
 
 def _is_outbox_file(path: Path) -> bool:
     """Whether ``path`` is an SQLite file holding an a2a-push outbox (read-only look);
-    a CLIError naming the problem when it cannot be read at all."""
+    a CLIError naming the problem when it cannot be read at all, or when the outbox is
+    older than this version (opening it would migrate it, maybe under a running older
+    notifier: the CLI never migrates)."""
     try:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
         try:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             tables = {row[0] for row in rows}
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
@@ -870,7 +874,16 @@ def _is_outbox_file(path: Path) -> bool:
             return False
         # Locked, unreadable, a WAL file that cannot be opened...: say what it is.
         raise CLIError(f"cannot read {path}: {exc}") from None
-    return {"configs", "deliveries", "lanes"} <= tables
+    if not {"configs", "deliveries", "lanes"} <= tables:
+        return False
+    latest = max(v for v, _ in migrations("sqlite"))
+    if version < latest:
+        raise CLIError(
+            f"the outbox {path} is older than this a2a-push (schema {version}, this version "
+            f"uses {latest}): start the notifier or gateway of this version once to upgrade "
+            "it; the CLI never migrates"
+        )
+    return True
 
 
 def _run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> int:

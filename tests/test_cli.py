@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -471,6 +472,22 @@ def test_deliveries_accepts_a_sqlite_url(cli: CLI, outbox: Outbox) -> None:
     result = cli("deliveries", "list", "--database", f"sqlite:///{outbox.path}", "--json")
     assert result.code == 0
     assert len(json.loads(result.out)) == 3
+
+
+def test_an_outbox_older_than_this_version_is_refused_not_migrated(
+    cli: CLI, outbox: Outbox
+) -> None:
+    conn = sqlite3.connect(outbox.path)
+    (latest,) = conn.execute("PRAGMA user_version").fetchone()
+    conn.execute(f"PRAGMA user_version = {latest - 1}")  # as an older version left it
+    conn.close()
+    result = cli("deliveries", "list", "--database", str(outbox.path))
+    assert result.code != 0 and "older than this a2a-push" in result.err
+    conn = sqlite3.connect(outbox.path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == latest - 1  # untouched
+    finally:
+        conn.close()
 
 
 def test_deliveries_missing_database_file_fails_without_creating_it(
