@@ -23,7 +23,11 @@ from a2a.types import a2a_pb2
 from joserfc import jwk as jose_jwk
 from joserfc import jwt as jose_jwt
 
-from a2a_push.integrations.a2a_sdk import ANONYMOUS_OWNER, A2APushConfigStore
+from a2a_push.integrations.a2a_sdk import (
+    ANONYMOUS_OWNER,
+    A2APushConfigStore,
+    protocol_version_of,
+)
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
 from a2a_push.testing import WebhookSink
@@ -210,10 +214,15 @@ async def test_a_v03_clients_configs_are_v03_through_the_sdks_compatibility_laye
     task_id = reply["result"]["id"]
     [stored] = (await agent.notifier.list_configs(task_id, ANONYMOUS_OWNER))[0]
     assert stored.protocol_version == "0.3"
-    await sink.wait_for(1, timeout=10, path="/v03")
+    # The dice roll's lifecycle: submitted, working, the artifact, completed; each as the
+    # whole v0.3 task (PROTOCOL.md), never a v1.0 StreamResponse or a bare event.
+    await sink.wait_for(4, timeout=10, path="/v03")
     hooks = sink.on("/v03")
     assert all(h.header("A2A-Version") == "0.3" for h in hooks)
-    assert all("kind" in json.loads(h.body) for h in hooks)  # v0.3 shapes, no StreamResponse
+    bodies = [json.loads(h.body) for h in hooks]
+    assert all(b["kind"] == "task" and b["id"] == task_id for b in bodies), bodies
+    assert bodies[-1]["status"]["state"] == "completed"
+    assert any(b.get("artifacts") for b in bodies)
     # A v1.0 client's Create through the same agent stays v1.0.
     created = await rpc(
         client,
@@ -224,6 +233,22 @@ async def test_a_v03_clients_configs_are_v03_through_the_sdks_compatibility_laye
     assert "result" in created, created
     v10 = await agent.notifier.get_config(task_id, "v10", ANONYMOUS_OWNER)
     assert v10 is not None and v10.protocol_version == "1.0"
+
+
+def test_the_protocol_version_of_a_call_is_read_as_the_sdk_reads_it() -> None:
+    def context(headers: dict[str, str] | None, method: str | None = None) -> Any:
+        ctx = ServerCallContext()
+        if headers is not None:
+            ctx.state["headers"] = headers
+        if method is not None:
+            ctx.state["method"] = method
+        return ctx
+
+    assert protocol_version_of(context({"A2A-Version": "1.0"})) == "1.0"
+    assert protocol_version_of(context({"a2a-version": "0.3.1"})) == "0.3"
+    assert protocol_version_of(context({})) == "0.3"  # no header: 0.3, as in the SDK
+    assert protocol_version_of(context({}, "tasks/pushNotificationConfig/set")) == "0.3"
+    assert protocol_version_of(context(None)) == "1.0"  # not an HTTP call
 
 
 async def test_refused_webhook_url_is_an_invalid_params_error(

@@ -48,6 +48,7 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
     is_text,
 )
+from a2a_push.protocol.v03 import task_view
 from a2a_push.server import PushConfigService, mount
 from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnapshot
 from a2a_push.signing.keys import KeySet
@@ -208,17 +209,12 @@ class Gateway:
 
 
 def _v03_task(task_id: str, known: TaskOwner, event: Any) -> Task | None:
-    """The task as known after ``event``, for the body of v0.3 configs (v0.3 receivers
-    get the whole task, not the event): its latest context and status, and the updated
-    artifact. None (the event's own v0.3 form is sent) while no status is known yet."""
-    if isinstance(event, Task) or known.context_id is None or known.status is None:
-        return None
-    artifacts = [event.artifact] if isinstance(event, TaskArtifactUpdateEvent) else None
+    """The task after ``event`` for v0.3 configs, from what the gateway recorded."""
     try:
-        status = TaskStatus.model_validate(known.status)
+        status = TaskStatus.model_validate(known.status) if known.status is not None else None
     except ValidationError:
         return None
-    return Task(id=task_id, context_id=known.context_id, status=status, artifacts=artifacts)
+    return task_view(task_id, known.context_id, status, event)
 
 
 def _digest(value: str) -> str:

@@ -33,6 +33,7 @@ like the SDK's own stores); an unauthenticated caller (empty user name) maps to
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +57,7 @@ from ..errors import InvalidConfigError
 from ..notifier import PushNotifier
 from ..protocol import types as t
 from ..protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
+from ..protocol.v03 import task_view
 from ..server.push_config import header_value
 from ..store import StoredConfig
 
@@ -81,14 +83,17 @@ def protocol_version_of(context: ServerCallContext) -> str:
     """The A2A version a call speaks: "0.3" when the SDK's v0.3 compatibility layer
     serves it (a v0.3 method name such as ``tasks/pushNotificationConfig/set`` or
     ``message/send``, or ``A2A-Version: 0.3`` on the request), else "1.0". A config keeps
-    it: its webhooks are rendered for that version (PROTOCOL.md)."""
+    it: its webhooks are rendered for that version (PROTOCOL.md). A call with no HTTP
+    headers at all (not from the SDK's HTTP routes) is 1.0."""
     method = context.state.get("method")
     if isinstance(method, str) and "/" in method:
         return VERSION_0_3
     headers = context.state.get("headers")
     if isinstance(headers, Mapping):
-        value = header_value(headers, HEADER_A2A_VERSION)
-        if value is not None and value.strip().split(".")[:2] == ["0", "3"]:
+        # As the SDK reads it: no (or an empty) header is 0.3, which its v1.0 handlers
+        # refuse; so a call that got here without one came through its v0.3 layer.
+        value = (header_value(headers, HEADER_A2A_VERSION) or "").strip()
+        if not value or value.split(".")[:2] == ["0", "3"]:
             return VERSION_0_3
     return VERSION_1_0
 
@@ -234,14 +239,26 @@ class A2APushSender(PushNotificationSender):
     hidden.
     """
 
-    def __init__(self, notifier: PushNotifier) -> None:
+    def __init__(self, notifier: PushNotifier, *, remembered_tasks: int = 10_000) -> None:
         self.notifier = notifier
+        # Each task's latest context and status (the most recently active tasks), so
+        # that v0.3 configs get the whole task for every event, as PROTOCOL.md says.
+        self._known: OrderedDict[str, tuple[str | None, t.TaskStatus]] = OrderedDict()
+        self._remembered = remembered_tasks
 
     async def send_notification(self, task_id: str, event: SdkPushNotificationEvent) -> None:
         try:
             model = self._convert(event)
+            if isinstance(model, t.Task | t.TaskStatusUpdateEvent):
+                self._known[task_id] = (model.context_id, model.status)
+                if len(self._known) > self._remembered:
+                    self._known.popitem(last=False)
+            context_id, status = self._known.get(task_id, (None, None))
+            if status is not None:
+                self._known.move_to_end(task_id)
+            task = model if isinstance(model, t.Task) else None
             await self.notifier.publish(
-                task_id, model, task=model if isinstance(model, t.Task) else None
+                task_id, model, task=task or task_view(task_id, context_id, status, model)
             )
         except Exception:
             log.error(

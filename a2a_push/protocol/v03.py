@@ -54,6 +54,7 @@ __all__ = [
     "stream_response_to_v03",
     "task_from_v03",
     "task_to_v03",
+    "task_view",
 ]
 
 KIND_TASK: Final = "task"
@@ -69,6 +70,22 @@ _T = TypeVar("_T")
 
 class V03FormatError(A2APushError, ValueError):
     """A v0.3 payload could not be read (or a value cannot be written as v0.3)."""
+
+
+def task_view(
+    task_id: str,
+    context_id: str | None,
+    status: TaskStatus | None,
+    event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent,
+) -> Task | None:
+    """The task after ``event`` as a sender that keeps no tasks knows it, for v0.3
+    configs (v0.3 receivers get the whole task, not the event): its latest context and
+    status and, for an artifact update, that artifact. None for a Task event (it is the
+    whole task) and while no status is known (the event's own v0.3 form goes instead)."""
+    if isinstance(event, Task) or context_id is None or status is None:
+        return None
+    artifacts = [event.artifact] if isinstance(event, TaskArtifactUpdateEvent) else None
+    return Task(id=task_id, context_id=context_id, status=status, artifacts=artifacts)
 
 
 # --------------------------------------------------------------------------- helpers
