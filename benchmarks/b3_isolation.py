@@ -2,7 +2,8 @@
 
 Phase 1 measures the healthy endpoint alone; phase 2 adds configs pointing at 20
 blackholes (each its own port: the sink process accepts there and never answers) and
-keeps publishing to them while the healthy endpoint is measured again, same rate.
+keeps publishing to them while the healthy endpoint is measured again, same rate. The
+pair runs three times, independently; the median run's ratio is judged.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class B3Params:
     settle: float = 3.0  # blackhole load before the loaded measurement starts
     timeouts: Timeouts = field(default_factory=lambda: Timeouts(connect=1.0, total=2.0))
     max_ratio: float = 1.5
+    runs: int = 3
 
 
 @dataclass
@@ -106,26 +108,27 @@ async def _measure(
     return Phase(name, lat, len(starts) - len(lat), deferred_count(notifier) - deferred_before)
 
 
-async def run(p: B3Params | None = None) -> dict[str, Any]:
-    p = p or B3Params()
-    lanes = p.blackholes * p.tasks_per_blackhole
-    header(
-        "B3  healthy endpoint p99 alone vs while 20 blackholed endpoints have work",
-        [
-            machine_line(),
-            defaults_line(),
-            f"healthy: {p.rate:.0f} events/s for {p.seconds:.0f} s over {p.healthy_tasks} tasks "
-            "to one sink endpoint (separate process); latency = publish() call -> receipt",
-            f"blackholes: {p.blackholes} endpoints (own ports; accept, never answer) x "
-            f"{p.tasks_per_blackhole} tasks = {lanes} lanes, {p.blackhole_rate:.0f} events/s "
-            f"published to them throughout phase 2 (after {p.settle:.0f} s of load first)",
-            f"timeouts: connect {p.timeouts.connect:g} s, total {p.timeouts.total:g} s "
-            "(shorter than the 5 s / 15 s defaults, so timeouts, quick retries and breakers "
-            "all happen inside the window)",
-            "a2a-push: SQLite FULL, ES256, DispatcherOptions defaults "
-            "(drain_timeout=1 s, for shutdown only)",
-        ],
-    )
+@dataclass
+class B3Run:
+    alone: Phase
+    loaded: Phase
+    hole_events: int
+    in_flight: tuple[int, int]
+    attempts: dict[str, float]
+    outcomes: dict[str, float]
+    open_breakers: int
+
+    @property
+    def ratio(self) -> float:
+        return percentile(self.loaded.latencies, 99) / percentile(self.alone.latencies, 99)
+
+    @property
+    def complete(self) -> bool:
+        return self.alone.missing == 0 and self.loaded.missing == 0
+
+
+async def _one_run(p: B3Params, n: int) -> B3Run:
+    """One independent measurement: a fresh sink process, SQLite file and notifier."""
     healthy = [f"ok-{t}" for t in range(p.healthy_tasks)]
     holes = [f"bh-{b}-{k}" for b in range(p.blackholes) for k in range(p.tasks_per_blackhole)]
     async with Sink(blackholes=p.blackholes) as sink:
@@ -152,7 +155,7 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
                             task_id=f"bh-{b}-{k}",
                         )
                 await sink.reset()
-                progress(TAG, f"warm-up: {p.warmup:.0f} s")
+                progress(TAG, f"run {n}: warm-up {p.warmup:.0f} s")
                 warm = await paced_publish(
                     notifier,
                     healthy,
@@ -164,7 +167,7 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
                     label="warm-up",
                 )
                 await sink.wait_count(warm, limit=15, tag=TAG, label="warm-up draining")
-                alone = await _measure(notifier, sink, healthy, p, "alone", 10_000, warm)
+                alone = await _measure(notifier, sink, healthy, p, f"run {n}: alone", 10_000, warm)
                 expected = warm + len(alone.latencies) + alone.missing
 
                 stop = asyncio.Event()
@@ -186,11 +189,11 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
 
                 loader = asyncio.create_task(load_blackholes())
                 try:
-                    progress(TAG, f"blackhole load on; settling {p.settle:.0f} s")
+                    progress(TAG, f"run {n}: blackhole load on; settling {p.settle:.0f} s")
                     await asyncio.sleep(p.settle)
                     in_flight_start = notifier.dispatcher.in_flight
                     loaded = await _measure(
-                        notifier, sink, healthy, p, "with blackholes", 20_000, expected
+                        notifier, sink, healthy, p, f"run {n}: with blackholes", 20_000, expected
                     )
                     in_flight_end = notifier.dispatcher.in_flight
                 finally:
@@ -198,48 +201,84 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
                     loader.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await loader
-                attempts = metric_samples(notifier, "a2a_push_attempts_total", "result")
-                outcomes = metric_samples(notifier, "a2a_push_deliveries_total", "outcome")
                 breakers = {str(k): v.value for k, v in notifier.dispatcher.health.states().items()}
-                progress(TAG, "stopping the notifier")
+                run = B3Run(
+                    alone=alone,
+                    loaded=loaded,
+                    hole_events=hole_events,
+                    in_flight=(in_flight_start, in_flight_end),
+                    attempts=metric_samples(notifier, "a2a_push_attempts_total", "result"),
+                    outcomes=metric_samples(notifier, "a2a_push_deliveries_total", "outcome"),
+                    open_breakers=sum(1 for v in breakers.values() if v != "closed"),
+                )
+                progress(TAG, f"run {n}: p99 ratio {run.ratio:.2f}x; stopping the notifier")
+    return run
 
-    ratio = percentile(loaded.latencies, 99) / percentile(alone.latencies, 99)
+
+async def run(p: B3Params | None = None) -> dict[str, Any]:
+    p = p or B3Params()
+    lanes = p.blackholes * p.tasks_per_blackhole
+    header(
+        "B3  healthy endpoint p99 alone vs while 20 blackholed endpoints have work",
+        [
+            machine_line(),
+            defaults_line(),
+            f"healthy: {p.rate:.0f} events/s for {p.seconds:.0f} s over {p.healthy_tasks} tasks "
+            "to one sink endpoint (separate process); latency = publish() call -> receipt",
+            f"blackholes: {p.blackholes} endpoints (own ports; accept, never answer) x "
+            f"{p.tasks_per_blackhole} tasks = {lanes} lanes, {p.blackhole_rate:.0f} events/s "
+            f"published to them throughout phase 2 (after {p.settle:.0f} s of load first)",
+            f"timeouts: connect {p.timeouts.connect:g} s, total {p.timeouts.total:g} s "
+            "(shorter than the 5 s / 15 s defaults, so timeouts, quick retries and breakers "
+            "all happen inside the window)",
+            "a2a-push: SQLite FULL, ES256, DispatcherOptions defaults "
+            "(drain_timeout=1 s, for shutdown only)",
+            f"{p.runs} independent runs (each: fresh sink process, SQLite file and notifier; "
+            "alone, then loaded); the target is judged on the median run's ratio, since a "
+            "p99 of a few ms on 2 shared cores moves with whatever else the machine does",
+        ],
+    )
+    runs = [await _one_run(p, n + 1) for n in range(p.runs)]
+    ratios = sorted(r.ratio for r in runs)
+    median = ratios[len(ratios) // 2]
     say()
+    rows: list[list[object]] = []
+    for n, r in enumerate(runs, 1):
+        for phase in (r.alone, r.loaded):
+            row = phase.row()
+            row[0] = f"run {n}: {phase.name.split(': ', 1)[-1]}"
+            rows.append(row)
     say(
         table(
             ["phase", "events", "p50 ms", "p90 ms", "p99 ms", "max ms", "missing", "deferred"],
-            [alone.row(), loaded.row()],
+            rows,
         )
     )
     say()
-    open_breakers = sum(1 for v in breakers.values() if v != "closed")
-    say(
-        f"  blackhole side: {hole_events:,} events published to {lanes} lanes; "
-        f"dispatcher in flight at start/end of phase 2: {in_flight_start}/{in_flight_end}; "
-        f"breakers not closed: {open_breakers}/{p.blackholes}"
-    )
-    say(f"  attempts by result: {fmt_counts(attempts)}")
-    say(f"  delivery outcomes:  {fmt_counts(outcomes)}")
+    for n, r in enumerate(runs, 1):
+        say(
+            f"  run {n}: loaded p99 / alone p99 = {percentile(r.loaded.latencies, 99):.1f} / "
+            f"{percentile(r.alone.latencies, 99):.1f} ms = {r.ratio:.2f}x; blackhole side: "
+            f"{r.hole_events:,} events to {lanes} lanes, in flight at start/end of phase 2 "
+            f"{r.in_flight[0]}/{r.in_flight[1]}, breakers not closed "
+            f"{r.open_breakers}/{p.blackholes}"
+        )
+        say(f"    attempts by result: {fmt_counts(r.attempts)}")
+        say(f"    delivery outcomes:  {fmt_counts(r.outcomes)}")
+        if r.alone.deferred:
+            say(
+                f"    note: {r.alone.deferred} healthy deliveries were deferred in the 'alone' "
+                "phase, which inflates its p99 and flatters the ratio"
+            )
     say(
         "  deferred: deliveries pushed back without an attempt during the phase (endpoint at "
         "its in-flight cap: handed back; breaker open); phase 2 counts blackhole ones too"
     )
-    if alone.deferred:
-        say(
-            f"  note: {alone.deferred} healthy deliveries were deferred in the 'alone' phase, "
-            "which inflates its p99 and flatters the ratio"
-        )
-    ok = alone.missing == 0 and loaded.missing == 0 and ratio <= p.max_ratio
+    ok = all(r.complete for r in runs) and median <= p.max_ratio
     say()
     say(
-        f"  target: loaded p99 <= {p.max_ratio}x alone: "
-        f"{percentile(loaded.latencies, 99):.1f} ms / {percentile(alone.latencies, 99):.1f} ms "
-        f"= {ratio:.2f}x   {verdict(ok)}"
+        f"  target: loaded p99 <= {p.max_ratio}x alone (median of {p.runs} runs): "
+        f"{median:.2f}x (runs: {', '.join(f'{r.ratio:.2f}x' for r in runs)})   {verdict(ok)}"
     )
     say()
-    return {
-        "alone_p99_ms": percentile(alone.latencies, 99),
-        "loaded_p99_ms": percentile(loaded.latencies, 99),
-        "ratio": ratio,
-        "pass": ok,
-    }
+    return {"ratios": [r.ratio for r in runs], "ratio": median, "pass": ok}

@@ -931,6 +931,35 @@ async def test_logs_never_hold_tokens_credentials_or_signatures(
     assert "eyJ" not in text  # no JWT (header segment) in any form
 
 
+async def test_timed_out_attempts_leave_no_reference_cycles_through_our_frames(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    """A failure kept with its traceback holds the frames it passed through, and they
+    hold it: garbage only a full collection frees (a pause of tens of ms under load).
+    Timeouts (and their quick retries) must not leave any such cycle in our code."""
+    import gc
+
+    n = await make_notifier(timeouts=Timeouts(connect=1.0, total=0.2))
+    sink.set_default("/hold", SinkResponse(200, delay=1))  # never answers in time
+    await n.register_config(hook(sink, "/hold"), owner="o", task_id="t1")
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+        await wait_until(lambda: _rounds(n, delivery_id, 1), timeout=10)  # 3 attempts
+        await n.dispatcher.wait_idle(5)
+        gc.collect()
+        ours = [
+            o.f_code.co_filename
+            for o in gc.garbage
+            if type(o).__name__ == "frame" and "a2a_push" in o.f_code.co_filename
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert ours == []
+
+
 async def _is(n: PushNotifier, delivery_id: str, state: DeliveryState) -> bool:
     return await delivery_state(n, delivery_id) is state
 

@@ -383,11 +383,14 @@ class Dispatcher:
             finally:
                 self._release_endpoint_slot(endpoint)
 
+        # Failures are kept as values without their tracebacks: a traceback holds this
+        # frame, which holds the failure (a reference cycle, freed only by a full
+        # garbage collection: tens of ms with the event loop stopped).
         result: HTTPResult | BaseException
         try:
             result = await attempt()
         except A2APushError as exc:
-            result = exc
+            result = exc.with_traceback(None)
         except _EndpointBusy:
             # Hand the lane back, due at once: the claim loop skips saturated endpoints
             # and picks it up again as soon as this one has room.
@@ -402,14 +405,17 @@ class Dispatcher:
                 if first:
                     earlier = first.pop()
                     if isinstance(earlier, BaseException):
-                        raise earlier
+                        try:
+                            raise earlier
+                        finally:
+                            del earlier  # its traceback holds this frame: no cycle
                     return earlier
                 return await attempt()
 
             try:
                 result = await self.retry.quick(first_round=True)(again)
             except A2APushError as exc:
-                result = exc
+                result = exc.with_traceback(None)
             except _EndpointBusy:
                 # Retry later through the outbox, as after the quick attempts.
                 result = first[0] if first else result

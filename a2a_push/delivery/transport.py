@@ -197,6 +197,11 @@ class Transport:
         if target is None:
             target = self._validate(url)
         started = time.perf_counter()
+        # The error is raised after the except blocks, so that it keeps no link to the
+        # aiohttp exception (__context__) and through its traceback to the request's
+        # objects: under timeouts those would pile up as cyclic garbage, which only a
+        # full (slow) garbage collection frees.
+        failure: TransportError
         try:
             async with session.post(
                 target, data=body, headers=headers, allow_redirects=False
@@ -209,19 +214,25 @@ class Transport:
                     elapsed=time.perf_counter() - started,
                 )
         except UnsafeURLError as exc:
-            raise AddressRefused(f"POST {_origin(target)} refused: {exc.message}") from None
+            failure = AddressRefused(f"POST {_origin(target)} refused: {exc.message}")
         except TimeoutError as exc:
             # Before OSError/ClientError: aiohttp's timeouts subclass both.
-            raise RequestTimeout(self._timeout_message(target, exc)) from None
+            failure = RequestTimeout(self._timeout_message(target, exc))
         except aiohttp.InvalidURL:
-            raise AddressRefused(f"POST {_origin(target)} refused: invalid URL") from None
+            failure = AddressRefused(f"POST {_origin(target)} refused: invalid URL")
         except aiohttp.ClientError as exc:
             refused = _unsafe_cause(exc)
             if refused is not None:
-                raise AddressRefused(f"POST {_origin(target)} refused: {refused.message}") from None
-            raise ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}") from None
+                failure = AddressRefused(f"POST {_origin(target)} refused: {refused.message}")
+            else:
+                failure = ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}")
+            refused = None
         except OSError as exc:
-            raise ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}") from None
+            failure = ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}")
+        try:
+            raise failure
+        finally:
+            del failure  # else its traceback holds this frame, which holds it: a cycle
 
     def _validate(self, url: str) -> URL:
         try:
