@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         # and after every site is listening: a port in use or a store that cannot be
         # opened fails before this, so the banner never announces a receiver that is
         # not serving.
-        print(banner, flush=True)
+        logs.serving(banner)
 
     try:
         web.run_app(

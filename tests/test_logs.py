@@ -28,3 +28,16 @@ def test_asyncpg_pool_warnings_lose_their_traceback_not_their_cause(
         "(ConnectionRefusedError: connect call failed ('127.0.0.1', 5432))"
     )
     assert other.exc_info is not None  # only asyncpg's pool is trimmed
+
+
+def test_serving_announces_and_freezes_what_startup_allocated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import gc
+
+    try:
+        logs.serving("gateway: listening on 127.0.0.1:1")
+        assert gc.get_freeze_count() > 0
+        assert capsys.readouterr().out == "gateway: listening on 127.0.0.1:1\n"
+    finally:
+        gc.unfreeze()

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         # Called once the database is open and the port is bound, not before.
-        print=lambda _started: print(banner, flush=True),
+        print=lambda _started: logs.serving(banner),
         access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
     )
     return 0
