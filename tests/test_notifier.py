@@ -954,10 +954,12 @@ async def test_timed_out_attempts_leave_no_reference_cycles_through_our_frames(
             for o in gc.garbage
             if type(o).__name__ == "frame" and "a2a_push" in o.f_code.co_filename
         ]
+        retrying = [o for o in gc.garbage if type(o).__name__ == "AsyncRetrying"]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
     assert ours == []
+    assert retrying == []  # the quick-retry loop's own state is let go too
 
 
 async def _is(n: PushNotifier, delivery_id: str, state: DeliveryState) -> bool:

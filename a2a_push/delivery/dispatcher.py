@@ -412,13 +412,19 @@ class Dispatcher:
                     return earlier
                 return await attempt()
 
+            retrying = self.retry.quick(first_round=True)
             try:
-                result = await self.retry.quick(first_round=True)(again)
+                result = await retrying(again)
             except A2APushError as exc:
                 result = exc.with_traceback(None)
             except _EndpointBusy:
                 # Retry later through the outbox, as after the quick attempts.
                 result = first[0] if first else result
+                if isinstance(result, BaseException):
+                    result = result.with_traceback(None)  # re-raised by again()
+            finally:
+                # tenacity keeps bound methods of the loop in its state: a cycle.
+                retrying.iter_state.reset()
         verdict = classify(result)
         now = time.time()
         status = result.status if isinstance(result, HTTPResult) else None

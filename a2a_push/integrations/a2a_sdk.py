@@ -260,6 +260,8 @@ class A2APushSender(PushNotificationSender):
             await self.notifier.publish(
                 task_id, model, task=task or task_view(task_id, context_id, status, model)
             )
+            if status is not None and status.state.is_terminal:
+                self._known.pop(task_id, None)  # no more events come for it
         except Exception:
             log.error(
                 "could not queue the push notification (%s) for task %s",
