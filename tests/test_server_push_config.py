@@ -773,8 +773,8 @@ async def test_handle_is_usable_without_http(setup: Setup, tasks: Tasks) -> None
 
 async def test_the_sdks_rest_clients_create_and_read_configs(setup: Setup) -> None:
     """The a2a-sdk's v1.0 RestTransport (with a tenant: the tenant-scoped paths) and its
-    v0.3 compatibility REST transport (the v0.3 binding's shapes, under /v1), against
-    mount()."""
+    v0.3 compatibility REST transport (the v0.3 binding's shapes, under /v1: served by
+    the tenant-scoped routes, v0.3 having no tenant), against one mount()."""
     pytest.importorskip("a2a.compat.v0_3.rest_transport")
     import httpx
     from a2a.client.transports.rest import RestTransport
@@ -782,7 +782,6 @@ async def test_the_sdks_rest_clients_create_and_read_configs(setup: Setup) -> No
     from a2a.types import a2a_pb2
 
     v10, notifier = await setup()
-    v03, notifier03 = await setup(mount_kw={"rest_prefix": "/v1"})
     async with httpx.AsyncClient(headers=ALICE, timeout=10) as http:
         rest = RestTransport(http, a2a_pb2.AgentCard(), str(v10.make_url("")))
         created = await rest.create_task_push_notification_config(
@@ -796,7 +795,7 @@ async def test_the_sdks_rest_clients_create_and_read_configs(setup: Setup) -> No
         [stored_config] = await stored(notifier)
         assert stored_config.tenant == "acme" and stored_config.protocol_version == "1.0"
 
-        compat = CompatRestTransport(http, None, str(v03.make_url("")))
+        compat = CompatRestTransport(http, None, str(v10.make_url("")))
         created = await compat.create_task_push_notification_config(
             a2a_pb2.TaskPushNotificationConfig(task_id=TASK, id="c2", url=HOOK, token="t")
         )
@@ -805,5 +804,5 @@ async def test_the_sdks_rest_clients_create_and_read_configs(setup: Setup) -> No
             a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=TASK, id="c2")
         )
         assert (got.task_id, got.id) == (TASK, "c2")
-        [stored_config] = await stored(notifier03)
-        assert stored_config.protocol_version == "0.3"
+        v03_config = await notifier.get_config(TASK, "c2", default_owner_resolver(ALICE))
+        assert v03_config is not None and v03_config.protocol_version == "0.3"
