@@ -16,7 +16,7 @@ from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.store import DeliveryFilter
-from a2a_push.testing import WebhookSink
+from a2a_push.testing import SinkResponse, WebhookSink
 
 from .gateway_support import (
     ADMIN_KEY,
@@ -215,6 +215,13 @@ async def test_client_gives_up_on_refusals_and_retries_unavailability(tmp_path: 
         with pytest.raises(GatewayError) as err:
             await client.publish("t", status("t", TaskState.WORKING))
         assert err.value.retryable
+    # Any 5xx is worth another try (a proxy's 501 or 505 included), then the answer counts.
+    async with WebhookSink() as fake:
+        path = "/v1/tasks/t/events"
+        fake.script(path, [SinkResponse(501), SinkResponse(200, body=b'{"seq": 1}')])
+        async with GatewayClient(fake.url(""), AGENT_KEY, attempts=3, deadline=10) as client:
+            answer = await client.publish("t", status("t", TaskState.WORKING))
+        assert answer == {"seq": 1} and [r.status for r in fake.on(path)] == [501, 200]
 
 
 async def test_cli_lists_by_config_and_disables_configs(

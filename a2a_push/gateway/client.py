@@ -24,7 +24,8 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
 )
 
-_RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
+# 408, 425, 429 and every 5xx, as the notifier retries webhooks.
+_RETRYABLE_STATUS: Final = frozenset({408, 425, 429, *range(500, 600)})
 
 
 class GatewayError(A2APushError):
