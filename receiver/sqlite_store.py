@@ -18,7 +18,6 @@ from .store import (
     Subscription,
     TaskEvent,
     TaskSnapshot,
-    purge_statements,
     snapshot_from_row,
     subscription_from_row,
     supersedes,
@@ -200,21 +199,7 @@ class SQLiteReceiverStore(ReceiverStore):
             lambda conn: conn.execute(self._sql["mark_fetched"], (agent_url, task_id, up_to))
         )
 
-    async def purge(
-        self,
-        *,
-        seen_before: float,
-        notifications_before: float,
-        history_before: float | None = None,
-        body_hashes_before: float | None = None,
-    ) -> int:
-        statements = purge_statements(
-            seen_before=seen_before,
-            notifications_before=notifications_before,
-            history_before=history_before,
-            body_hashes_before=body_hashes_before,
-        )
-
+    async def _purge(self, statements: list[tuple[str, float]]) -> int:
         def op(conn: sqlite3.Connection) -> int:
             return sum(
                 int(conn.execute(self._sql[name], (before,)).rowcount)

@@ -166,7 +166,6 @@ class ReceiverStore(abc.ABC):
     async def mark_fetched(self, agent_url: str, task_id: str, up_to: int) -> None:
         """Notifications of this task up to ``up_to`` are covered by a stored snapshot."""
 
-    @abc.abstractmethod
     async def purge(
         self,
         *,
@@ -185,6 +184,18 @@ class ReceiverStore(abc.ABC):
         created before then, except each remaining task's newest event: an SSE client
         resuming from an older id still gets every task's latest state.
         """
+        return await self._purge(
+            purge_statements(
+                seen_before=seen_before,
+                notifications_before=notifications_before,
+                history_before=history_before,
+                body_hashes_before=body_hashes_before,
+            )
+        )
+
+    @abc.abstractmethod
+    async def _purge(self, statements: list[tuple[str, float]]) -> int:
+        """Run each (query name, cut-off) in order, in one transaction; rows deleted."""
 
     # ---- snapshots and events --------------------------------------------------------
 
