@@ -200,29 +200,21 @@ class SQLiteGatewayState(GatewayState):
         context_id: str | None = None,
         status: dict[str, Any] | None = None,
     ) -> TaskOwner | None:
-        conn = self._db()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute(
-                "SELECT agent_id FROM gateway_tasks WHERE task_id = ?", (task_id,)
-            ).fetchone()
-            if row is not None and row[0] != agent_id:
-                conn.execute("ROLLBACK")
-                return None
-            row = conn.execute(
+        # One statement: the owner check, the upsert and the record read are atomic.
+        row = (
+            self._db()
+            .execute(
                 "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
                 "context_id = COALESCE(excluded.context_id, context_id), "
                 "status = COALESCE(excluded.status, status), updated_at = excluded.updated_at "
+                "WHERE gateway_tasks.agent_id = excluded.agent_id "
                 "RETURNING agent_id, context_id, status",
                 (task_id, agent_id, context_id, _dump(status), time.time()),
-            ).fetchone()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return TaskOwner(row[0], row[1], _load(row[2]))
+            )
+            .fetchone()
+        )
+        return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
     async def owner(self, task_id: str) -> TaskOwner | None:
         row = (
@@ -298,15 +290,11 @@ class PostgresGatewayState(GatewayState):
         from a2a_push.store.postgres import UNAVAILABLE_ERRORS  # outages, as the outbox sees
 
         settings = {"search_path": self.schema} if self.schema else None
+        pool = None
         try:
             pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=4, server_settings=settings
             )
-        except UNAVAILABLE_ERRORS as exc:
-            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
-        except asyncpg.PostgresError as exc:
-            raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
-        try:
             async with pool.acquire() as conn, conn.transaction():
                 if not self.create:
                     if await conn.fetchval("SELECT to_regclass('gateway_signing_keys')") is None:
@@ -319,7 +307,8 @@ class PostgresGatewayState(GatewayState):
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
                     await conn.execute(_PG_SCHEMA)
         except BaseException as exc:
-            pool.terminate()
+            if pool is not None:
+                pool.terminate()
             if isinstance(exc, UNAVAILABLE_ERRORS):
                 raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
             if isinstance(exc, asyncpg.PostgresError):
