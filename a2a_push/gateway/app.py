@@ -196,25 +196,20 @@ class Gateway:
         snapshot."""
         if known is None:
             known = await self.state.owner(task_id)
-        if known is None or known.context_id is None or known.status is None:
+        status = _recorded_status(known)
+        if known is None or known.context_id is None or status is None:
             return NO_SNAPSHOT
-        try:
-            return Task(
-                id=task_id,
-                context_id=known.context_id,
-                status=TaskStatus.model_validate(known.status),
-            )
-        except ValidationError:
-            return NO_SNAPSHOT
+        return Task(id=task_id, context_id=known.context_id, status=status)
 
 
-def _v03_task(task_id: str, known: TaskOwner, event: Any) -> Task | None:
-    """The task after ``event`` for v0.3 configs, from what the gateway recorded."""
+def _recorded_status(known: TaskOwner | None) -> TaskStatus | None:
+    """The task's last recorded status; None when there is none (or it is unreadable)."""
+    if known is None or known.status is None:
+        return None
     try:
-        status = TaskStatus.model_validate(known.status) if known.status is not None else None
+        return TaskStatus.model_validate(known.status)
     except ValidationError:
         return None
-    return task_view(task_id, known.context_id, status, event)
 
 
 def _digest(value: str) -> str:
@@ -339,7 +334,10 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         result = await gw.notifier.publish(
             task_id,
             event,
-            task=_v03_task(task_id, known, inner),
+            # For v0.3 configs: the task after an update (its own status, when it has one).
+            task=task_view(task_id, known.context_id, status or _recorded_status(known), inner)
+            if isinstance(inner, TaskStatusUpdateEvent | TaskArtifactUpdateEvent)
+            else None,
             # The notifier scopes keys to the task; agent ids hold no "/" (settings).
             idempotency_key=f"{agent_id}/{key}" if key else None,
         )
