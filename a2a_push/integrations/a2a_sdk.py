@@ -57,8 +57,9 @@ from ..errors import InvalidConfigError
 from ..notifier import PushNotifier
 from ..protocol import types as t
 from ..protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
+from ..protocol.jsonrpc import A2AError
 from ..protocol.v03 import task_view
-from ..server.push_config import header_value
+from ..server.push_config import header_value, negotiate_version
 from ..store import StoredConfig
 
 __all__ = [
@@ -92,9 +93,10 @@ def protocol_version_of(context: ServerCallContext) -> str:
     if isinstance(headers, Mapping):
         # As the SDK reads it: no (or an empty) header is 0.3, which its v1.0 handlers
         # refuse; so a call that got here without one came through its v0.3 layer.
-        value = (header_value(headers, HEADER_A2A_VERSION) or "").strip()
-        if not value or value.split(".")[:2] == ["0", "3"]:
-            return VERSION_0_3
+        try:
+            return negotiate_version(header_value(headers, HEADER_A2A_VERSION))
+        except A2AError:
+            return VERSION_1_0  # the SDK refused other versions before calling us
     return VERSION_1_0
 
 
