@@ -525,7 +525,7 @@ def test_deliveries_of_an_encrypted_database_need_no_keys(cli: CLI, tmp_path: Pa
     db = str(prepared.path)
     assert len(json.loads(cli("deliveries", "list", "--database", db, "--json").out)) == 3
     assert cli("deliveries", "show", prepared.dead, "--database", db).code == 0
-    with_key = cli("deliveries", "list", "--database", db, "--encryption-key", key)
+    with_key = cli("deliveries", "list", "--database", db, f"--encryption-key={key}")
     assert with_key.code == 0
     assert key not in with_key.out + with_key.err
 
@@ -541,7 +541,7 @@ def test_deliveries_bad_encryption_key_is_a_usage_error_and_not_echoed(
     cli: CLI, outbox: Outbox
 ) -> None:
     bad = "not-a-fernet-key-" + "x" * 20
-    result = cli("deliveries", "list", "--database", str(outbox.path), "--encryption-key", bad)
+    result = cli("deliveries", "list", "--database", str(outbox.path), f"--encryption-key={bad}")
     line = one_line_error(result, 2)
     assert "store generate-key" in line
     assert bad not in line
@@ -763,3 +763,12 @@ def test_send_test_missing_keys_dir_fails(cli: CLI, sink: Sink, tmp_path: Path) 
 def test_send_test_token_with_newline_is_refused(cli: CLI) -> None:
     line = one_line_error(cli("send-test", "http://127.0.0.1:9/", "--token", "a\r\nb"), 2)
     assert "--token" in line
+
+
+def test_generated_keys_never_start_with_a_dash() -> None:
+    # A key starting with "-" would be read as an option after --encryption-key.
+    from a2a_push.store import generate_key
+
+    keys = [generate_key() for _ in range(2_000)]  # ~31 would start with "-" otherwise
+    assert not [k for k in keys if k.startswith("-")]
+    assert len(set(keys)) == len(keys)

@@ -336,7 +336,7 @@ async def test_large_events_are_read_whole_and_keys_rotate_sealed(
         monkeypatch.delenv("A2A_PUSH_ENCRYPTION_KEYS", raising=False)
         assert await asyncio.to_thread(cli_main, argv) == 1  # without the key: says which
         assert "--encryption-key" in capsys.readouterr().err
-        assert await asyncio.to_thread(cli_main, [*argv, "--encryption-key", key]) == 0
+        assert await asyncio.to_thread(cli_main, [*argv, f"--encryption-key={key}"]) == 0
         for _ in range(100):
             if gw.notifier.keyset.active.kid != before:
                 break

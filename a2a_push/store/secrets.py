@@ -19,8 +19,14 @@ _FERNET = "f:"
 
 
 def generate_key() -> str:
-    """A new Fernet key (urlsafe base64, 32 bytes) for ``encryption_keys``."""
-    return Fernet.generate_key().decode("ascii")
+    """A new Fernet key (urlsafe base64, 32 bytes) for ``encryption_keys``.
+
+    Never one that starts with "-": given as ``--encryption-key KEY``, a command line
+    would take it for an option (one key in 64 otherwise)."""
+    while True:
+        key = Fernet.generate_key().decode("ascii")
+        if not key.startswith("-"):
+            return key
 
 
 class SecretBox:
