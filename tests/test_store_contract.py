@@ -322,6 +322,56 @@ async def test_expired_lease_returns_work_to_the_queue(store: Store) -> None:
     assert again.id == d.id
 
 
+async def test_an_outcome_from_a_worker_whose_lease_was_taken_over_is_left_out(
+    store: Store,
+) -> None:
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    _, (second,) = await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="slow", now=NOW)
+    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="other", now=NOW + 31)
+    assert taken.id == d.id
+    # The slow worker's late outcome: the delivery and the lane stay with "other".
+    late = done(d, "retry", next_attempt_at=NOW + 3600, worker_id="slow")
+    await store.complete([late], now=NOW + 32)
+    assert (await store.get_delivery(d.id)).attempts == 0  # type: ignore[union-attr]
+    assert await store.claim_due(10, lease_seconds=30, worker_id="third", now=NOW + 33) == []
+    assert (
+        await store.complete_and_claim_next(
+            done(d, worker_id="slow"), lease_seconds=30, worker_id="slow", now=NOW + 33
+        )
+        is None
+    )
+    assert (await store.get_delivery(d.id)).state is DeliveryState.PENDING  # type: ignore[union-attr]
+    assert await store.claim_due(10, lease_seconds=30, worker_id="third", now=NOW + 34) == []
+    # The owner's outcome counts and streams the lane on.
+    nxt = await store.complete_and_claim_next(
+        done(taken, worker_id="other"), lease_seconds=30, worker_id="other", now=NOW + 35
+    )
+    assert nxt is not None and nxt.id == second
+    assert (await store.get_delivery(d.id)).state is DeliveryState.DELIVERED  # type: ignore[union-attr]
+    # Config side effects are facts about the endpoint: they apply from a late outcome too.
+    (t2,) = await store.claim_due(10, lease_seconds=30, worker_id="third", now=NOW + 66)
+    assert t2.id == second
+    await store.complete(
+        [done(nxt, "dead", status=410, disable_config="HTTP 410 Gone", worker_id="other")],
+        now=NOW + 67,
+    )
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and not got.enabled
+
+
+async def test_an_outcome_after_the_lease_ran_out_counts_when_no_one_took_over(
+    store: Store,
+) -> None:
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="slow", now=NOW)
+    await store.complete([done(d, worker_id="slow")], now=NOW + 90)
+    assert (await store.get_delivery(d.id)).state is DeliveryState.DELIVERED  # type: ignore[union-attr]
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 91) == []
+
+
 async def test_release_gives_work_back_at_once(store: Store) -> None:
     await store.put_config(config(id="a"))
     await enqueue(store)

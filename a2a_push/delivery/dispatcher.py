@@ -513,6 +513,7 @@ class Dispatcher:
                     error=error,
                     next_attempt_at=now + delay,
                     config_failing_since=None if config.failing_since else now,
+                    worker_id=self.worker_id,
                 )
             ]
         )
@@ -547,6 +548,7 @@ class Dispatcher:
                     "defer",
                     attempts=delivery.attempts,
                     next_attempt_at=until,
+                    worker_id=self.worker_id,
                 )
             ]
         )
@@ -574,6 +576,7 @@ class Dispatcher:
             error=error,
             disable_config=disable,
             clear_config_failing=clear_failing,
+            worker_id=self.worker_id,
         )
         if claim_next:
             return await self.store.complete_and_claim_next(

@@ -264,53 +264,60 @@ class MemoryStore(Store):
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         now = time.time() if now is None else now
         for o in outcomes:
-            d = self._deliveries.get(o.delivery_id)
-            if d is None or d.state is not DeliveryState.PENDING:
-                continue
-            lane_key = (d.config_key, d.task_id)
-            lane = self._lanes.get(lane_key)
-            if o.kind == "defer":
-                assert o.next_attempt_at is not None
-                self._deliveries[d.id] = replace(
-                    d, next_attempt_at=o.next_attempt_at, updated_at=now
-                )
-            elif o.kind == "retry":
-                assert o.next_attempt_at is not None
-                self._deliveries[d.id] = replace(
-                    d,
-                    attempts=o.attempts,
-                    rounds=d.rounds + 1,
-                    next_attempt_at=o.next_attempt_at,
-                    last_status=o.status,
-                    last_error=o.error,
-                    updated_at=now,
-                )
-            else:
-                state = DeliveryState.DELIVERED if o.kind == "delivered" else DeliveryState.DEAD
-                self._deliveries[d.id] = replace(
-                    d,
-                    state=state,
-                    attempts=o.attempts,
-                    last_status=o.status,
-                    last_error=o.error,
-                    updated_at=now,
-                )
-                if lane is not None and d.id in lane.pending:
-                    lane.pending.remove(d.id)
-            if lane is not None:
-                lane.lease_owner, lane.lease_until = None, 0.0
-                lane.requeued_at = now
-                if not lane.pending:
-                    del self._lanes[lane_key]
-            config = self._configs.get(o.config_key)
-            if config is not None:
-                if o.config_failing_since is not None and config.failing_since is None:
-                    config = replace(config, failing_since=o.config_failing_since)
-                if o.clear_config_failing:
-                    config = replace(config, failing_since=None)
-                self._configs[config.key] = config
-                if o.disable_config is not None:
-                    await self.set_config_enabled(config.key, False, o.disable_config)
+            await self._apply_outcome(o, now)
+
+    async def _apply_outcome(self, o: Outcome, now: float) -> bool:
+        """Record ``o``; False when it left the delivery alone (finished already, or its
+        lane is leased to another worker now)."""
+        d = self._deliveries.get(o.delivery_id)
+        if d is None or d.state is not DeliveryState.PENDING:
+            return False
+        lane_key = (d.config_key, d.task_id)
+        lane = self._lanes.get(lane_key)
+        applied = o.worker_id is None or lane is None or lane.lease_owner in (None, o.worker_id)
+        if not applied:
+            pass  # leased to another worker now: that worker's outcome will count
+        elif o.kind == "defer":
+            assert o.next_attempt_at is not None
+            self._deliveries[d.id] = replace(d, next_attempt_at=o.next_attempt_at, updated_at=now)
+        elif o.kind == "retry":
+            assert o.next_attempt_at is not None
+            self._deliveries[d.id] = replace(
+                d,
+                attempts=o.attempts,
+                rounds=d.rounds + 1,
+                next_attempt_at=o.next_attempt_at,
+                last_status=o.status,
+                last_error=o.error,
+                updated_at=now,
+            )
+        else:
+            state = DeliveryState.DELIVERED if o.kind == "delivered" else DeliveryState.DEAD
+            self._deliveries[d.id] = replace(
+                d,
+                state=state,
+                attempts=o.attempts,
+                last_status=o.status,
+                last_error=o.error,
+                updated_at=now,
+            )
+            if lane is not None and d.id in lane.pending:
+                lane.pending.remove(d.id)
+        if applied and lane is not None:
+            lane.lease_owner, lane.lease_until = None, 0.0
+            lane.requeued_at = now
+            if not lane.pending:
+                del self._lanes[lane_key]
+        config = self._configs.get(o.config_key)
+        if config is not None:
+            if o.config_failing_since is not None and config.failing_since is None:
+                config = replace(config, failing_since=o.config_failing_since)
+            if o.clear_config_failing:
+                config = replace(config, failing_since=None)
+            self._configs[config.key] = config
+            if o.disable_config is not None:
+                await self.set_config_enabled(config.key, False, o.disable_config)
+        return applied
 
     async def complete_and_claim_next(
         self,
@@ -321,7 +328,10 @@ class MemoryStore(Store):
         now: float | None = None,
     ) -> Delivery | None:
         now = time.time() if now is None else now
-        await self.complete([outcome], now=now)
+        if not await self._apply_outcome(outcome, now):
+            return None
+        if outcome.disable_config is not None or outcome.kind == "defer":
+            return None
         lane = self._lanes.get((outcome.config_key, outcome.task_id))
         if lane is None or not lane.pending or lane.lease_until > now:
             return None

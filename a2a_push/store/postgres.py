@@ -802,7 +802,10 @@ async def _apply_outcome(
     """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
     next delivery if it is due now and return its id."""
     leased: str | None = None
-    if o.kind == "defer":
+    status = "UPDATE 0"
+    if await _leased_to_another(conn, o):
+        pass  # that worker's outcome will count
+    elif o.kind == "defer":
         assert o.next_attempt_at is not None
         status = await conn.execute(_Q["defer_delivery"], o.next_attempt_at, at, o.delivery_id)
     elif o.kind == "retry":
@@ -835,6 +838,15 @@ async def _apply_outcome(
     if o.disable_config is not None:
         await _set_enabled(conn, o.config_key, False, o.disable_config, at)
     return leased
+
+
+async def _leased_to_another(conn: Any, o: Outcome) -> bool:
+    """Whether a worker other than ``o.worker_id`` holds the lane's lease now. Locks the
+    lane row, so no claim can take the lane over between this check and the outcome."""
+    if o.worker_id is None:
+        return False
+    owner = await conn.fetchval(_Q["lock_lane_lease_owner"], o.config_key, o.task_id)
+    return owner is not None and owner != o.worker_id
 
 
 async def _advance_lane(

@@ -528,7 +528,10 @@ def _apply_outcome(
     """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
     next delivery if it is due now and return its id."""
     leased: str | None = None
-    if o.kind == "defer":
+    changed = 0
+    if _leased_to_another(conn, o):
+        pass  # that worker's outcome will count
+    elif o.kind == "defer":
         assert o.next_attempt_at is not None
         changed = conn.execute(
             _Q["defer_delivery"], (o.next_attempt_at, at, o.delivery_id)
@@ -556,6 +559,15 @@ def _apply_outcome(
     if o.disable_config is not None:
         _set_enabled(conn, o.config_key, False, o.disable_config, at)
     return leased
+
+
+def _leased_to_another(conn: sqlite3.Connection, o: Outcome) -> bool:
+    """Whether a worker other than ``o.worker_id`` holds the lane's lease now."""
+    if o.worker_id is None:
+        return False
+    lane = conn.execute(_Q["lane_lease"], (o.config_key, o.task_id)).fetchone()
+    owner = None if lane is None else lane["lease_owner"]
+    return owner is not None and owner != o.worker_id
 
 
 def _advance_lane(

@@ -212,6 +212,9 @@ DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner 
 -- name: lane_lease_owner
 SELECT lease_owner FROM lanes WHERE config_key = $1 AND task_id = $2;
 
+-- name: lock_lane_lease_owner
+SELECT lease_owner FROM lanes WHERE config_key = $1 AND task_id = $2 FOR UPDATE;
+
 -- name: set_lane_head_only
 UPDATE lanes SET head_id = $1 WHERE config_key = $2 AND task_id = $3;
 
