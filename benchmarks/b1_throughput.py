@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import resource
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -68,10 +69,23 @@ class B1Row:
     received: int
     seconds: float
     publish_seconds: float | None = None
+    cpu_seconds: float | None = None  # this process (the sender; the sink runs apart)
 
     @property
     def rate(self) -> float:
         return self.received / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_us(self) -> float | None:
+        """Sender CPU time (all threads) per delivery received, in microseconds."""
+        if self.cpu_seconds is None or not self.received:
+            return None
+        return self.cpu_seconds / self.received * 1e6
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _events(p: B1Params) -> list[tuple[str, TaskStatusUpdateEvent]]:
@@ -124,18 +138,19 @@ async def run_ours(
                 async def publish(item: tuple[str, TaskStatusUpdateEvent]) -> None:
                     await notifier.publish(item[0], item[1])
 
-                started = time.time()
+                started, cpu = time.time(), _cpu()
                 await bounded(events, p.concurrency, publish)
                 published = time.time() - started
                 progress(TAG, f"{label}: published in {published:.1f} s; waiting for the sink")
                 stats = await sink.wait_count(
                     len(events), limit=max(1.0, p.timeout - published), tag=TAG, label=label
                 )
+                cpu = _cpu() - cpu
         finally:
             if transport is not None:
                 await transport.close()
     end = stats.last if stats.count >= len(events) and stats.last else time.time()
-    return B1Row(label, len(events), stats.count, end - started, published)
+    return B1Row(label, len(events), stats.count, end - started, published, cpu)
 
 
 async def run_sdk(sink: Sink, p: B1Params) -> B1Row:
@@ -202,14 +217,15 @@ async def _timed(
 ) -> B1Row:
     """Send ``items`` with ``p.concurrency`` in flight (stopping at ``p.timeout``) and
     time it to the sink's last receipt."""
-    started = time.time()
+    started, cpu = time.time(), _cpu()
     try:
         await asyncio.wait_for(bounded(items, p.concurrency, send), p.timeout)
     except TimeoutError:
         progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
     stats = await sink.wait_count(len(items), limit=5, tag=TAG, label=label)
+    cpu = _cpu() - cpu
     end = stats.last if stats.count >= len(items) and stats.last else time.time()
-    return B1Row(label, len(items), stats.count, end - started)
+    return B1Row(label, len(items), stats.count, end - started, cpu_seconds=cpu)
 
 
 class _MinimalLog:
@@ -394,6 +410,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 "deliveries/s",
                 "vs SDK",
                 "vs raw",
+                "CPU us/delivery",
             ],
             [
                 [
@@ -405,6 +422,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                     r.rate,
                     r.rate / sdk if sdk else None,
                     r.rate / raw if raw else None,
+                    r.cpu_us,
                 ]
                 for r in rows
             ],
@@ -413,6 +431,10 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
     if any(r.received < r.sent for r in rows):
         say(f"  received < deliveries: stopped at the {p.timeout:.0f} s limit")
     say("  publish s: until every publish() returned (durable); seconds: until the last receipt")
+    say(
+        "  CPU us/delivery: the sender process's CPU time (all its threads; the sink runs "
+        "apart) per delivery received"
+    )
     say()
     result: dict[str, Any] = {"ours": ours, "sdk": sdk, "raw": raw, "quick": quick}
     if sdk and raw:
