@@ -46,6 +46,10 @@ class StoreClosedError(A2APushError, RuntimeError):
     """The store was used after close()."""
 
 
+class NotifierNotStartedError(A2APushError, RuntimeError):
+    """A ``PushNotifier`` was used before ``start()`` (or ``async with``) or after ``stop()``."""
+
+
 class StoreUnavailableError(A2APushError):
     """The database cannot be reached (down, restarting, unreachable, out of connections).
 

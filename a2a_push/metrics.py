@@ -6,6 +6,7 @@ collide; pass one registry to several components to expose them together.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -109,7 +110,14 @@ def metrics_handler(
 
     async def handler(request: web.Request) -> web.Response:
         if before_scrape is not None:
-            await before_scrape()
+            try:
+                await before_scrape()
+            except Exception as exc:  # the store is down or closed: the counters still count
+                logging.getLogger("a2a_push").warning(
+                    "metrics: the queue gauges could not be refreshed (%s); serving their "
+                    "last values",
+                    exc,
+                )
         body = metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -27,7 +27,7 @@ from .delivery.health import EndpointHealth
 from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts, Transport
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, NotifierNotStartedError
 from .ids import new_config_id, new_delivery_id, new_key
 from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
@@ -247,6 +247,14 @@ class PushNotifier:
             except Exception:
                 log.exception("reloading the signing keys failed; still using the old set")
 
+    def _require_started(self) -> None:
+        if not self._started:
+            raise NotifierNotStartedError(
+                "the PushNotifier is not started: run it in `async with notifier:` or call "
+                "`await notifier.start()` first (and `await notifier.stop()` at shutdown; "
+                "in aiohttp, from a cleanup_ctx)"
+            )
+
     async def __aenter__(self) -> PushNotifier:
         await self.start()
         return self
@@ -272,11 +280,22 @@ class PushNotifier:
         ``Retention.idempotency_keys``) for the same task queues nothing and returns the
         first result (keys are scoped to the task: another task may use the same key).
         """
+        if not isinstance(task_id, str) or not task_id:
+            raise TypeError(f"publish(): task_id must be a non-empty str, not {task_id!r}")
         if isinstance(event, StreamResponse):
             inner = event.event
             if not isinstance(inner, Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent):
                 raise TypeError("publish() takes a task, status update or artifact update")
             event = inner
+        if not isinstance(event, Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent):
+            raise TypeError(
+                "publish(task_id, event): event must be a Task, TaskStatusUpdateEvent, "
+                f"TaskArtifactUpdateEvent or StreamResponse, not {type(event).__name__}"
+                + _from_json_hint(event)
+            )
+        if task is not None and (not isinstance(task, Task) or task.id != task_id):
+            raise ValueError(f"publish(): task= must be the Task {task_id!r} (its snapshot)")
+        self._require_started()
         event_task_id = event.id if isinstance(event, Task) else event.task_id
         if event_task_id != task_id:
             raise ValueError(f"publish(): the event is for task {event_task_id!r}, not {task_id!r}")
@@ -332,6 +351,17 @@ class PushNotifier:
         policy refuses, a task over its config cap, or a config id registered before
         through another protocol version; then nothing is stored or queued.
         """
+        if not isinstance(config, TaskPushNotificationConfig):
+            raise TypeError(
+                "register_config(config): config must be a TaskPushNotificationConfig, not "
+                f"{type(config).__name__}" + _from_json_hint(config)
+            )
+        if not isinstance(owner, str) or not owner:
+            raise TypeError(
+                f"register_config(): owner must be a non-empty str (whose config it is), "
+                f"not {owner!r}"
+            )
+        self._require_started()
         target_task = task_id or config.task_id
         if not target_task:
             raise InvalidConfigError("taskId", "a push notification config needs a task id")
@@ -347,6 +377,13 @@ class PushNotifier:
         snapshot = task
         if snapshot is None and self.task_provider is not None:
             snapshot = await self.task_provider(target_task)
+        if snapshot is not None and (not isinstance(snapshot, Task) or snapshot.id != target_task):
+            # Never send one task's data to another task's subscriber.
+            source = "task=" if task is not None else "task_provider"
+            raise ValueError(
+                f"register_config(): the snapshot from {source} is not the Task "
+                f"{target_task!r} (got {getattr(snapshot, 'id', type(snapshot).__name__)!r})"
+            )
         initial = (
             InitialDelivery("task", self._renderer(snapshot, snapshot), new_delivery_id)
             if snapshot is not None
@@ -415,8 +452,10 @@ class PushNotifier:
     async def send_snapshot(self, config: StoredConfig, task: Task) -> list[str]:
         """Queue ``task`` as a ``task`` webhook to ``config`` alone (after the task's
         queued events, with the next seq); the delivery ids."""
-        if task.id != config.task_id:
-            raise ValueError(f"send_snapshot(): the task is {task.id!r}, not {config.task_id!r}")
+        if not isinstance(task, Task) or task.id != config.task_id:
+            got = task.id if isinstance(task, Task) else type(task).__name__
+            raise ValueError(f"send_snapshot(): the task is {got!r}, not {config.task_id!r}")
+        self._require_started()
         _, ids = await self.store.enqueue(
             task.id,
             "task",
@@ -430,16 +469,19 @@ class PushNotifier:
         return ids
 
     async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        self._require_started()
         return await self.store.get_config(task_id, config_id, owner)
 
     async def list_configs(
         self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
     ) -> tuple[list[StoredConfig], str | None]:
+        self._require_started()
         return await self.store.list_configs(
             task_id, owner, page_size=page_size, page_token=page_token
         )
 
     async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        self._require_started()
         return await self.store.delete_config(task_id, config_id, owner)
 
     # ---- operations -----------------------------------------------------------------------
@@ -449,29 +491,44 @@ class PushNotifier:
         return self.keyset.jwks()
 
     async def dead_letters(self, *, task_id: str | None = None, limit: int = 100) -> list[Delivery]:
+        self._require_started()
         return await self.store.list_deliveries(
             DeliveryFilter(state=DeliveryState.DEAD, task_id=task_id, limit=limit)
         )
 
     async def replay(self, delivery_ids: Sequence[str]) -> int:
         """Send dead-lettered deliveries again (their configs must still be enabled)."""
+        self._require_started()
         count = await self.store.replay(delivery_ids)
         if count:
             self.dispatcher.wake()
         return count
 
-    def add_routes(self, app: web.Application, *, metrics_path: str | None = "/metrics") -> None:
-        """Mount ``GET /.well-known/jwks.json`` and (unless None) ``GET metrics_path``."""
+    def add_routes(
+        self, app: web.Application, *, metrics_path: str | None = "/metrics", jwks: bool = True
+    ) -> None:
+        """Mount ``GET /.well-known/jwks.json`` (unless ``jwks`` is False) and (unless None)
+        ``GET metrics_path``."""
 
-        async def jwks(request: web.Request) -> web.Response:
+        async def jwks_route(request: web.Request) -> web.Response:
             return web.json_response(self.jwks(), headers={"Cache-Control": "max-age=300"})
 
-        app.router.add_get(JWKS_PATH, jwks)
+        if jwks:
+            if serves_get(app, JWKS_PATH):
+                raise ValueError(
+                    f"notifier.add_routes(): this app already serves GET {JWKS_PATH} "
+                    "(a2a_push.server.mount adds it): pass jwks=False here, or "
+                    "mount(app, service, jwks=False)"
+                )
+            app.router.add_get(JWKS_PATH, jwks_route)
         if metrics_path is not None:
             add_metrics_route(app, self.metrics, metrics_path, before_scrape=self.refresh_metrics)
 
     async def refresh_metrics(self) -> None:
-        """Update the queue gauges from the store (call before a scrape, or periodically)."""
+        """Update the queue gauges from the store (call before a scrape, or periodically).
+        A notifier not running keeps the last values."""
+        if not self._started:
+            return
         stats = await self.store.stats()
         m = self.metrics
         m.queue_depth.set(stats.pending)
@@ -588,4 +645,20 @@ def _slim(event: PushNotificationEvent) -> PushNotificationEvent:
         append=event.append,
         last_chunk=event.last_chunk,
         metadata=flag,
+    )
+
+
+def _from_json_hint(value: object) -> str:
+    if isinstance(value, dict):
+        return " (a dict: build the model with Model.model_validate(data))"
+    if isinstance(value, str | bytes):
+        return " (JSON text: build the model with Model.model_validate_json(text))"
+    return ""
+
+
+def serves_get(app: web.Application, path: str) -> bool:
+    """Whether ``app`` has a ``GET`` route for exactly ``path``."""
+    return any(
+        route.method == "GET" and route.resource is not None and route.resource.canonical == path
+        for route in app.router.routes()
     )

@@ -151,17 +151,21 @@ async def test_config_store_round_trips_through_the_sdk_request_handler(
             "authentication": {"scheme": "Bearer", "credentials": "secret"},
         },
     )
+    # Clients are shown their config without its secrets (as a2a_push.server does).
     assert created["result"] == {
         "taskId": task_id,
         "id": "second",
         "url": sink.url("/second"),
-        "token": "tok-2",
-        "authentication": {"scheme": "Bearer", "credentials": "secret"},
+        "authentication": {"scheme": "Bearer"},
     }
 
-    # Its first webhook is the task's snapshot, read from the handler's task store.
+    # Its first webhook is the task's snapshot, read from the handler's task store, and
+    # it carries the secrets.
     await sink.wait_for(1, timeout=10, path="/second")
-    kind, snapshot = event_of(sink.on("/second")[0].body)
+    first = sink.on("/second")[0]
+    assert first.header("Authorization") == "Bearer secret"
+    assert first.header(HEADER_NOTIFICATION_TOKEN) == "tok-2"
+    kind, snapshot = event_of(first.body)
     assert kind == "task" and snapshot["id"] == task_id
     assert snapshot["status"]["state"] == "TASK_STATE_COMPLETED"
 
@@ -178,6 +182,8 @@ async def test_config_store_round_trips_through_the_sdk_request_handler(
     # Stored by the notifier (durably, owner-scoped), not by the SDK.
     stored = await agent.notifier.get_config(task_id, "second", ANONYMOUS_OWNER)
     assert stored is not None and stored.token == "tok-2"
+    for_dispatch = await A2APushConfigStore(agent.notifier).get_info_for_dispatch(task_id)
+    assert {c.id: c.token for c in for_dispatch}["second"] == "tok-2"
 
     deleted = await rpc(
         client, agent, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "second"}

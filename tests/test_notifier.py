@@ -21,6 +21,7 @@ from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
 from a2a_push.errors import (
     InvalidConfigError,
+    NotifierNotStartedError,
     StoreUnavailableError,
     TooManyConfigsError,
     UnsafeURLError,
@@ -45,6 +46,7 @@ from a2a_push.store import (
     Store,
     StoredConfig,
     StoreOptions,
+    generate_key,
 )
 from a2a_push.testing import SinkResponse, WebhookSink
 
@@ -245,6 +247,110 @@ async def test_event_for_another_task_is_refused(make_notifier: MakeNotifier) ->
     n = await make_notifier()
     with pytest.raises(ValueError, match="not 't2'"):
         await n.publish("t2", status("t1", TaskState.WORKING))
+
+
+async def test_a_snapshot_of_another_task_is_never_sent(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    async def wrong_provider(task_id: str) -> Task | None:
+        return task("someone-elses-task", TaskState.COMPLETED)
+
+    n = await make_notifier()
+    with pytest.raises(ValueError, match=r"from task= is not the Task 't1'.*someone-elses"):
+        await n.register_config(hook(sink), owner="o", task_id="t1", task=task("someone-elses"))
+    p = await make_notifier(task_provider=wrong_provider)
+    with pytest.raises(ValueError, match="from task_provider is not the Task 't2'"):
+        await p.register_config(hook(sink), owner="o", task_id="t2")
+    with pytest.raises(ValueError, match="task= must be the Task 't1'"):
+        await n.publish("t1", status("t1", TaskState.WORKING), task=task("t9"))
+    # Nothing was stored or sent.
+    assert await n.list_configs("t1", "o") == ([], None)
+    assert await p.list_configs("t2", "o") == ([], None)
+    await asyncio.sleep(0.2)
+    assert sink.received == []
+
+
+async def test_wrong_argument_types_get_errors_that_say_what_to_pass(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    with pytest.raises(TypeError, match=r"TaskPushNotificationConfig, not dict.*model_validate"):
+        await n.register_config({"url": sink.url("/hook")}, owner="o", task_id="t1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="owner must be a non-empty str"):
+        await n.register_config(hook(sink), owner=None, task_id="t1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="owner must be a non-empty str"):
+        await n.register_config(hook(sink), owner="", task_id="t1")
+    with pytest.raises(TypeError, match=r"event must be a Task.*not dict.*model_validate"):
+        await n.publish("t1", {"statusUpdate": {}})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="task_id must be a non-empty str"):
+        await n.publish(status("t1", TaskState.WORKING), "t1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"a list of keys.*encryption_keys=\[key\]"):
+        PushNotifier.open("memory://", issuer=ISSUER, encryption_keys=generate_key())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("database", ["memory://", "sqlite"])
+async def test_a_notifier_used_before_start_or_after_stop_says_so(
+    database: str, tmp_path: Path, sink: WebhookSink, aiohttp_client: Any
+) -> None:
+    from aiohttp import web
+
+    url = str(tmp_path / "push.db") if database == "sqlite" else database
+    n = PushNotifier.open(url, issuer=ISSUER, address_policy=AddressPolicy(allow_loopback=True))
+    says = r"not started: run it in `async with notifier:` or call `await notifier.start\(\)`"
+    with pytest.raises(NotifierNotStartedError, match=says):
+        await n.register_config(hook(sink), owner="o", task_id="t1")
+    with pytest.raises(NotifierNotStartedError, match=says):
+        await n.publish("t1", status("t1", TaskState.WORKING))
+    app = web.Application()
+    n.add_routes(app)
+    client = await aiohttp_client(app)
+    async with n:
+        await n.register_config(hook(sink), owner="o", task_id="t1")
+        await n.publish("t1", status("t1", TaskState.WORKING))
+        await sink.wait_for(1)
+    for call in (
+        n.publish("t1", status("t1", TaskState.COMPLETED)),
+        n.list_configs("t1", "o"),
+        n.dead_letters(),
+    ):
+        with pytest.raises(NotifierNotStartedError):
+            await call
+    # A scrape after stop() still answers, with the counters so far.
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert "a2a_push_events_published_total" in await response.text()
+
+
+async def test_the_jwks_route_is_mounted_once_and_the_error_says_how(
+    make_notifier: MakeNotifier, aiohttp_client: Any
+) -> None:
+    from aiohttp import web
+
+    from a2a_push.server import PushConfigService, mount
+
+    async def no_tasks(task_id: str, owner: str) -> Task | None:
+        return None
+
+    n = await make_notifier()
+    service = PushConfigService(n, task_lookup=no_tasks)
+    app = web.Application()
+    mount(app, service)
+    with pytest.raises(
+        ValueError, match=r"already serves GET /\.well-known/jwks\.json.*jwks=False"
+    ):
+        n.add_routes(app)
+    n.add_routes(app, jwks=False)  # the metrics only
+    other = web.Application()
+    n.add_routes(other)
+    with pytest.raises(
+        ValueError, match=r"already serves GET /\.well-known/jwks\.json.*jwks=False"
+    ):
+        mount(other, service)
+    mount(other, service, jwks=False)
+    for served in (app, other):
+        client = await aiohttp_client(served)
+        assert (await (await client.get("/.well-known/jwks.json")).json()) == n.jwks()
+        assert (await client.get("/metrics")).status == 200
 
 
 # ---- order ----------------------------------------------------------------------------------

@@ -352,8 +352,15 @@ class AddressPolicy:
             raise InvalidConfigError(field, f"is not a valid URL: {exc}") from None
         scheme = parsed.scheme
         if scheme not in _ALLOWED_SCHEMES:
-            found = f"scheme {scheme!r}" if scheme else "no scheme"
-            raise InvalidConfigError(field, f"has {found}; only http and https are allowed")
+            if not scheme or ("://" not in url and ("." in scheme or scheme == "localhost")):
+                # "127.0.0.1:8080/hook" parses as scheme "127.0.0.1": say what is missing.
+                raise InvalidConfigError(
+                    field,
+                    "has no scheme; write the whole URL, e.g. https://example.com/hook",
+                )
+            raise InvalidConfigError(
+                field, f"has scheme {scheme!r}; only http and https are allowed"
+            )
         match = _AUTHORITY.match(url)
         authority = match.group(1) if match is not None else ""
         if "@" in authority:

@@ -106,17 +106,21 @@ def owner_from_context(context: ServerCallContext) -> str:
     return name or ANONYMOUS_OWNER
 
 
-def _to_proto_config(stored: StoredConfig) -> a2a_pb2.TaskPushNotificationConfig:
+def _to_proto_config(
+    stored: StoredConfig, *, redact: bool = False
+) -> a2a_pb2.TaskPushNotificationConfig:
+    """The stored config as the SDK's message; ``redact`` leaves the token and the
+    credentials out (what clients are shown, as ``a2a_push.server`` does)."""
     config = a2a_pb2.TaskPushNotificationConfig(
         id=stored.id, task_id=stored.task_id, url=stored.url
     )
     if stored.tenant:
         config.tenant = stored.tenant
-    if stored.token:
+    if stored.token and not redact:
         config.token = stored.token
     if stored.auth_scheme:
         config.authentication.scheme = stored.auth_scheme
-        if stored.auth_credentials:
+        if stored.auth_credentials and not redact:
             config.authentication.credentials = stored.auth_credentials
     return config
 
@@ -140,9 +144,13 @@ class A2APushConfigStore(PushNotificationConfigStore):
         *,
         owner_resolver: OwnerResolver = owner_from_context,
         task_store: TaskStore | None = None,
+        redact_secrets: bool = True,
     ) -> None:
         self.notifier = notifier
         self.owner_resolver = owner_resolver
+        # Configs shown to clients (set_info's and get_info's answers) leave the token
+        # and credentials out; get_info_for_dispatch, the sender's read, keeps them.
+        self.redact_secrets = redact_secrets
         # The handler's task store: a new config's first webhook is the task's snapshot
         # (PROTOCOL.md). Without it (and no notifier task_provider), nothing is sent to
         # the config until the task's next event.
@@ -173,7 +181,7 @@ class A2APushConfigStore(PushNotificationConfigStore):
             raise InvalidParamsError(message=f"push notification config: {exc}") from exc
         except ValueError as exc:  # pydantic's ValidationError (it hides the input)
             raise InvalidParamsError(message=f"push notification config: {exc}") from exc
-        return _to_proto_config(stored)
+        return _to_proto_config(stored, redact=self.redact_secrets)
 
     async def _snapshot(self, task_id: str, context: ServerCallContext) -> t.Task | None:
         """The task from the handler's task store, for a new config's first webhook; None
@@ -193,9 +201,8 @@ class A2APushConfigStore(PushNotificationConfigStore):
     async def get_info(
         self, task_id: str, context: ServerCallContext
     ) -> list[a2a_pb2.TaskPushNotificationConfig]:
-        return [
-            _to_proto_config(c) for c in await self._owned(task_id, self.owner_resolver(context))
-        ]
+        owned = await self._owned(task_id, self.owner_resolver(context))
+        return [_to_proto_config(c, redact=self.redact_secrets) for c in owned]
 
     async def get_info_for_dispatch(self, task_id: str) -> list[a2a_pb2.TaskPushNotificationConfig]:
         """Every enabled config of the task, all owners (the SDK's dispatch read path).

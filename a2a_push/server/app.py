@@ -19,7 +19,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from ..errors import StoreUnavailableError
-from ..notifier import JWKS_PATH
+from ..notifier import JWKS_PATH, serves_get
 from ..protocol.constants import (
     A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
@@ -112,6 +112,11 @@ def mount(
     ``jwks``, ``GET /.well-known/jwks.json`` (so do not also call
     ``notifier.add_routes`` for the JWKS). Bodies over ``max_body_bytes`` get 413.
     """
+    if jwks and serves_get(app, JWKS_PATH):
+        raise ValueError(
+            f"mount(): this app already serves GET {JWKS_PATH} (notifier.add_routes adds "
+            "it): pass jwks=False"
+        )
     prefix = rest_prefix.rstrip("/")
     collection = f"{prefix}/tasks/{{taskId}}/pushNotificationConfigs"
     item = f"{collection}/{{id}}"

@@ -152,6 +152,13 @@ class StoreOptions:
     encryption_keys: Sequence[str] | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.encryption_keys, str | bytes):
+            raise ValueError(
+                "encryption_keys takes a list of keys, not a single key: write "
+                "encryption_keys=[key] (several keys: the first encrypts, all decrypt)"
+            )
+
 
 def check_same_version(config: StoredConfig, stored_version: str) -> None:
     """Registering a config id again keeps its protocol version (checked in the write's

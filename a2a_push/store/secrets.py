@@ -37,6 +37,11 @@ class SecretBox:
         # Every claim reads its config's secrets: remember what was opened (by sealed
         # value, so a changed or re-encrypted row is opened afresh).
         self._opened: dict[str, tuple[str | None, str | None]] = {}
+        if isinstance(keys, str | bytes):
+            raise ValueError(
+                "encryption_keys takes a list of keys, not a single key: write "
+                "encryption_keys=[key] (several keys: the first encrypts, all decrypt)"
+            )
         if keys:
             try:
                 self._fernet = MultiFernet([Fernet(k.encode("ascii")) for k in keys])
