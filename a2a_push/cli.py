@@ -16,7 +16,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, get_args
@@ -88,7 +88,8 @@ environment variables (a flag given on the command line wins):
                             --keys-dir)
   {ENV_ISSUER}           the JWT issuer for `send-test` (--issuer)
   A2A_PUSH_GATEWAY_KEY      the agent's gateway API key for `mock-agent` (--gateway-key)
-  A2A_GATEWAY_ADMIN_KEY     a gateway admin key for `endpoints` (--admin-key)
+  A2A_GATEWAY_ADMIN_KEY     a gateway admin key for `endpoints` (--admin-key); else the
+                            first of A2A_GATEWAY_ADMIN_KEYS, the gateway's own variable
 
 exit status: 0 success, 1 failure, 2 usage error.
 Tokens, credentials and encryption keys are never printed.
@@ -344,9 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     endpoints.add_argument("--gateway", required=True, metavar="URL", help="the gateway's URL")
     endpoints.add_argument(
         "--admin-key",
-        default=env.get("A2A_GATEWAY_ADMIN_KEY"),
+        default=env.get("A2A_GATEWAY_ADMIN_KEY") or _first_admin_key(env),
         metavar="KEY",
-        help="an admin key of the gateway (default: $A2A_GATEWAY_ADMIN_KEY)",
+        help="an admin key of the gateway (default: $A2A_GATEWAY_ADMIN_KEY, else the first "
+        "of $A2A_GATEWAY_ADMIN_KEYS)",
     )
     endpoints.add_argument("--json", action="store_true", help="print JSON")
     endpoints.set_defaults(handler=_cmd_endpoints)
@@ -901,7 +903,9 @@ def _cmd_endpoints(args: argparse.Namespace) -> int:
     import aiohttp
 
     if not args.admin_key:
-        raise CLIError("--admin-key (or $A2A_GATEWAY_ADMIN_KEY) is required", 2)
+        raise CLIError(
+            "--admin-key (or $A2A_GATEWAY_ADMIN_KEY, or $A2A_GATEWAY_ADMIN_KEYS) is required", 2
+        )
     if not str(args.gateway).startswith(("http://", "https://")):
         raise CLIError(f"--gateway {args.gateway}: give the gateway's URL, http(s)://host:port", 2)
     url = str(args.gateway).rstrip("/") + "/admin/endpoints"
@@ -1117,8 +1121,8 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
         if count == 0:
             raise CLIError(
                 f"none of the {len(chosen)} dead-lettered deliveries could be replayed: "
-                "their push configs are disabled or deleted (register the config again, "
-                "then replay)"
+                "their push configs are disabled or deleted (a2a-push configs enable KEY "
+                "for a disabled one, or register the config again; then replay)"
             )
         noun = "delivery" if count == 1 else "deliveries"
         print(f"replayed {count} dead-lettered {noun}; pending again")
@@ -1338,3 +1342,9 @@ def _shorten(text: str, width: int) -> str:
 
 
 __all__ = ["build_parser", "main"]
+
+
+def _first_admin_key(env: Mapping[str, str]) -> str | None:
+    """The first of the gateway's own ``A2A_GATEWAY_ADMIN_KEYS`` (comma-separated)."""
+    keys = [k.strip() for k in env.get("A2A_GATEWAY_ADMIN_KEYS", "").split(",") if k.strip()]
+    return keys[0] if keys else None

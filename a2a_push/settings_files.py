@@ -110,11 +110,15 @@ def check_database(value: str, *, example: str, service: str) -> str:
 
 def describe(exc: ValidationError, what: str) -> SettingsError:
     """One error naming every invalid setting by its path."""
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-        for err in exc.errors()
-    )
+    problems = "; ".join(_problem(err) for err in exc.errors())
     return SettingsError(f"invalid {what} settings: {problems}")
+
+
+def _problem(err: Any) -> str:
+    # pydantic prefixes the messages of our own checks with "Value error, ".
+    message = str(err["msg"]).removeprefix("Value error, ")
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {message}" if where else message
 
 
 def service_base_url(public_url: str | None, host: str, port: int) -> str:

@@ -347,7 +347,7 @@ async def test_large_events_are_read_whole_and_keys_rotate_sealed(
 
 
 async def test_cli_shows_endpoint_health_from_the_admin_api(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (url, gw):
         argv = ["endpoints", "--gateway", url, "--admin-key", ADMIN_KEY]
@@ -361,3 +361,7 @@ async def test_cli_shows_endpoint_health_from_the_admin_api(
         bad = ["endpoints", "--gateway", url, "--admin-key", "wrong-key-wrong-key"]
         assert await asyncio.to_thread(cli_main, bad) == 1
         assert "401" in capsys.readouterr().err
+        # Without --admin-key: the gateway's own A2A_GATEWAY_ADMIN_KEYS serves too.
+        monkeypatch.setenv("A2A_GATEWAY_ADMIN_KEYS", f" {ADMIN_KEY} ,another-admin-key-0123")
+        monkeypatch.delenv("A2A_GATEWAY_ADMIN_KEY", raising=False)
+        assert await asyncio.to_thread(cli_main, ["endpoints", "--gateway", url]) == 0

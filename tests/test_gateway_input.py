@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -558,3 +559,55 @@ async def test_a_first_event_posted_while_a_config_is_created_is_sent_as_a_snaps
         sent = status("T", TaskState.WORKING)
         assert snapshot["contextId"] == sent.context_id != "T"
         assert snapshot["status"]["state"] == "TASK_STATE_WORKING"
+
+
+def test_settings_check_admin_keys_encryption_keys_and_the_allowlist(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agents = [{"id": "a", "api_key": AGENT_KEY}]
+    with pytest.raises(GatewaySettingsError, match="admin_keys: an API key needs at least 16"):
+        load_gateway_settings(environ={}, overrides={"agents": agents, "admin_keys": ["x"]})
+    with pytest.raises(GatewaySettingsError, match="admin_keys"):
+        load_gateway_settings(environ={"A2A_GATEWAY_ADMIN_KEYS": "y"}, overrides={"agents": agents})
+    secret = "notakey-0123456789"
+    with pytest.raises(GatewaySettingsError) as caught:
+        load_gateway_settings(
+            environ={"A2A_GATEWAY_ENCRYPTION_KEYS": secret}, overrides={"agents": agents}
+        )
+    message = str(caught.value)
+    assert "encryption_keys" in message and "a2a-push store generate-key" in message
+    assert secret not in message
+    for entry in ("10.0.0.0/33", "not a host!"):
+        with pytest.raises(GatewaySettingsError, match="allow_webhook_hosts"):
+            load_gateway_settings(
+                environ={}, overrides={"agents": agents, "allow_webhook_hosts": [entry]}
+            )
+    # Our own checks read as sentences, without pydantic's "Value error, " prefix.
+    with pytest.raises(GatewaySettingsError) as caught:
+        load_gateway_settings(environ={}, overrides={"agents": agents, "request_timeout": 30})
+    assert "Value error" not in str(caught.value)
+    assert str(caught.value).startswith("invalid gateway settings: lease_seconds (120)")
+    # From the command line: exit 2 and one line, no traceback.
+    argv = ["gateway", "--agent-key", f"a:{AGENT_KEY}", "--allow-webhook-host", "10.0.0.0/33"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "allow_webhook_hosts" in err and "Traceback" not in err
+    assert cli_main(["gateway", "--agent-key", f"a:{AGENT_KEY}", "--admin-key", "short"]) == 2
+    assert "admin_keys" in capsys.readouterr().err
+
+
+async def test_the_gateways_sqlite_files_are_private(tmp_path: Path) -> None:
+    data = tmp_path / "gateway-data"
+    settings = gateway_settings("", data_dir=data)
+    async with running_gateway(settings) as (url, gw):
+        assert gw.notifier.store.location == f"the SQLite file {(data / 'outbox.db').resolve()}"
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for name in ("outbox.db", "outbox.db-wal", "outbox-gateway.db", "outbox-gateway.db-wal"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
+        async with aiohttp.ClientSession() as session:
+            headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+            async with session.get(f"{url}/admin/deliveries?state=bogus", headers=headers) as r:
+                assert r.status == 400
+                assert (
+                    "'bogus' is not one of pending, delivered, dead" in (await r.json())["message"]
+                )

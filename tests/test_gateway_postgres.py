@@ -490,3 +490,53 @@ async def test_tools_name_a_database_that_does_not_exist_without_a_traceback() -
         code, output = await _cli(*argv)
         assert code != 0, (argv, output)
         assert "does not exist" in output and "Traceback" not in output, (argv, output)
+
+
+async def test_a_database_closed_to_connections_is_503_not_500() -> None:
+    """ALTER DATABASE … ALLOW_CONNECTIONS false (maintenance) refuses new connections with
+    SQLSTATE 55000: an outage to retry, like the server being down."""
+    import asyncpg
+
+    from a2a_push.gateway.app import create_app
+
+    from .gateway_support import gateway_settings
+
+    dsn = require_postgres()
+    name = f"a2a_push_closed_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        parts = urlsplit(dsn)
+        closed_dsn = parts._replace(path=f"/{name}").geturl()
+        app = create_app(gateway_settings(closed_dsn))
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            url = str(server.make_url("")).rstrip("/")
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                name,
+            )
+            headers = {"Authorization": f"Bearer {AGENT_KEY}"}
+            body = {"statusUpdate": status("t-closed", TaskState.WORKING).model_dump(by_alias=True)}
+            async with aiohttp.ClientSession() as session:
+                async with session.post(
+                    f"{url}/v1/tasks/t-closed/events", json=body, headers=headers
+                ) as r:
+                    assert r.status == 503, await r.text()
+                    assert r.headers["Retry-After"]
+                await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+                async with session.post(
+                    f"{url}/v1/tasks/t-closed/events", json=body, headers=headers
+                ) as r:
+                    assert r.status in (200, 202), await r.text()
+        finally:
+            await server.close()
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+        )
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        await admin.close()

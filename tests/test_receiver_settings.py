@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -296,10 +298,139 @@ def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> Non
         assert proc.wait(timeout=30) == 0
 
 
+def _webhooks_counted(metrics_dir: Path, scratch: Path) -> list[float]:
+    """Each worker's ``a2a_receiver_webhooks_total``, read from its own file alone (a
+    copy, in a folder of its own, read as a scrape reads the shared folder)."""
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    counts = []
+    for path in sorted(metrics_dir.glob("counter_*.db")):
+        alone = scratch / path.stem
+        alone.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, alone / path.name)
+        counts.append(
+            sum(
+                sample.value
+                for family in MultiProcessCollector(None, path=str(alone)).collect()
+                if family.name == "a2a_receiver_webhooks"
+                for sample in family.samples
+            )
+        )
+    return counts
+
+
+def _scrape(port: int) -> dict[str, float]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        sample.name + "".join(f"|{v}" for v in sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_with_workers_every_scrape_shows_the_sum_over_them_all(tmp_path: Path) -> None:
+    """Each worker counts what it serves, in a private folder the supervisor made; every
+    scrape (whichever worker answers it) shows the sum, and the folder goes at the end.
+    The generated-API-keys warning comes once, from the supervisor."""
+    import http.client
+    import signal
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "receiver",
+                "--workers",
+                "2",
+                "--port",
+                str(port),
+                "--agent",
+                "http://127.0.0.1:9/",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--log-level",
+                "WARNING",
+            ],
+            env={**os.environ, "TMPDIR": str(temp)},  # where the metrics folder goes
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    streams: list[http.client.HTTPConnection] = []
+    try:
+        deadline = time.monotonic() + 60
+        answered = 0
+        while answered < 6:
+            assert time.monotonic() < deadline, "the workers never answered"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    answered += r.status == 200
+            except OSError:
+                time.sleep(0.1)
+        folders = list(temp.glob("a2a-receiver-metrics-*"))
+        assert len(folders) == 1, folders
+        # Unauthenticated webhooks (each a new connection, so the kernel spreads them)
+        # until both workers have counted some.
+        sent = 0
+        while True:
+            counts = _webhooks_counted(folders[0], tmp_path / "scratch")
+            assert sum(counts) == sent
+            if len(counts) == 2 and min(counts) > 0:
+                break
+            assert sent < 500 and time.monotonic() < deadline, counts
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/webhooks/a2a",
+                data=b"{}",
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 401
+            refused.value.close()
+            sent += 1
+        key = json.loads((tmp_path / "data" / "api-keys.json").read_text())["default"]
+        for _ in range(2):  # two open SSE streams, on whichever workers
+            stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            stream.request("GET", "/events", headers={"Authorization": f"Bearer {key}"})
+            response = stream.getresponse()
+            assert response.status == 200
+            assert response.readline() == b"retry: 2000\n"  # written once it is counted
+            streams.append(stream)
+        for _ in range(6):  # each scrape on a new connection: either worker answers
+            scraped = _scrape(port)
+            assert scraped["a2a_receiver_webhooks_total|no_credentials"] == sent
+            assert scraped["a2a_receiver_webhook_duration_seconds_count"] == sent
+            assert scraped["a2a_receiver_sse_clients"] == 2
+    finally:
+        for stream in streams:
+            stream.close()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0
+    assert list(temp.iterdir()) == []  # the metrics folder is gone
+    assert stderr.read_text().count("no API keys configured") == 1
+
+
 @pytest.mark.parametrize(
     ("agent", "expected"),
     [
-        ('algorithms = ["HS256"]', "agents.0.algorithms: Value error, unsupported ['HS256']"),
+        ('algorithms = ["HS256"]', "agents.0.algorithms: unsupported ['HS256']"),
         ("algorithms = []", "the jwt method needs at least one algorithm"),
         ('auth = ["standard-webhooks"]', "the standard-webhooks method needs a whsec_ secret"),
         (

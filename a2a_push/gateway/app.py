@@ -96,7 +96,7 @@ class Gateway:
 
     async def start(self) -> None:
         await self.state.open()
-        await self.reload_keys()
+        await self.reload_keys(starting=True)
         await self.notifier.start()
         self._key_watcher = asyncio.create_task(self._watch_keys(), name="gateway-keys")
 
@@ -108,7 +108,7 @@ class Gateway:
         await self.notifier.stop()
         await self.state.close()
 
-    async def reload_keys(self) -> bool:
+    async def reload_keys(self, *, starting: bool = False) -> bool:
         """Adopt keys another replica (or ``a2a-push keys rotate``) stored; True if changed."""
         keys = await self.state.load_keys()
         if [(k.kid, k.retired_at) for k in keys] == [
@@ -116,7 +116,8 @@ class Gateway:
         ]:
             return False
         self._keyset._adopt(KeySet(keys, grace_period=self._keyset.grace_period))
-        log.info("signing keys reloaded; active kid %s", self._keyset.active.kid)
+        what = "signing keys loaded" if starting else "signing keys reloaded"
+        log.info("%s; active kid %s", what, self._keyset.active.kid)
         return True
 
     async def _watch_keys(self) -> None:
@@ -372,7 +373,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     async def list_deliveries(request: web.Request) -> web.Response:
         q = request.query
         try:
-            state = DeliveryState(q["state"]) if "state" in q else None
+            state = _delivery_state(q["state"]) if "state" in q else None
             limit = int(q.get("limit", "100"))
             since = _finite(q["since"]) if "since" in q else None
             until = _finite(q["until"]) if "until" in q else None
@@ -487,3 +488,11 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     add_metrics_route(app, gw.notifier.metrics, before_scrape=gw.notifier.refresh_metrics)
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+def _delivery_state(value: str) -> DeliveryState:
+    try:
+        return DeliveryState(value)
+    except ValueError:
+        choices = ", ".join(s.value for s in DeliveryState)
+        raise ValueError(f"state: {value!r} is not one of {choices}") from None

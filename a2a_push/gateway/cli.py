@@ -100,7 +100,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .app import create_app
+    from .app import Gateway, create_app
 
     try:
         settings = _settings(args)
@@ -115,13 +115,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     logs.configure(str(args.log_level).upper())
-    where = "PostgreSQL" if settings.is_postgres else settings.database_url
+    gateway = Gateway(settings)
     banner = (
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
-        f"on {where}; JWKS at {settings.base_url}/.well-known/jwks.json"
+        f"on {gateway.notifier.store.location}; JWKS at {settings.base_url}/.well-known/jwks.json"
     )
     web.run_app(
-        create_app(settings),
+        create_app(settings, gateway=gateway),
         host=settings.host,
         port=settings.port,
         # Called once the database is open and the port is bound, not before.

@@ -19,6 +19,7 @@ from pydantic import (
 
 from a2a_push.delivery.dispatcher import longest_claim
 from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.settings_files import (
     SettingsError,
     check_api_key,
@@ -30,6 +31,7 @@ from a2a_push.settings_files import (
     service_base_url,
 )
 from a2a_push.store import is_postgres_url
+from a2a_push.store.secrets import SecretBox
 
 ENV_PREFIX: Final = "A2A_GATEWAY_"
 DEFAULT_PORT: Final = 8080
@@ -96,6 +98,31 @@ class GatewaySettings(_Model):
         return self
 
     _public_url = field_validator("public_url")(check_public_url)
+
+    @field_validator("admin_keys")
+    @classmethod
+    def _admin_keys_long_enough(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        for key in value:
+            check_api_key(key)
+        return value
+
+    @field_validator("encryption_keys")
+    @classmethod
+    def _fernet_keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        try:
+            SecretBox([k.get_secret_value() for k in value])
+        except ValueError:
+            raise ValueError(
+                "each key must be a Fernet key (32 url-safe base64-encoded bytes); make one "
+                "with: a2a-push store generate-key"
+            ) from None
+        return value
+
+    @field_validator("allow_webhook_hosts")
+    @classmethod
+    def _allowlist(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        AddressPolicy(value)  # a ValueError naming the bad entry
+        return value
 
     @field_validator("agents")
     @classmethod

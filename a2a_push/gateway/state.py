@@ -22,6 +22,7 @@ from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreU
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
+from a2a_push.store.sqlite import create_private_file
 
 _SQLITE_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS gateway_tasks (
@@ -124,8 +125,9 @@ class GatewayState(abc.ABC):
         except SecretDecryptionError as exc:
             raise KeyStoreError(
                 f"signing key {kid} is sealed and cannot be opened ({exc}): configure the "
-                "encryption key the gateway seals its keys with (--encryption-key, or "
-                "A2A_GATEWAY_ENCRYPTION_KEYS)"
+                "encryption key the gateway seals its keys with (gateway: encryption_keys "
+                "in its settings file, or A2A_GATEWAY_ENCRYPTION_KEYS; a2a-push keys "
+                "rotate: --encryption-key=KEY)"
             ) from None
         if pem is None:
             raise KeyStoreError(
@@ -175,7 +177,7 @@ class SQLiteGatewayState(GatewayState):
         self._conn: sqlite3.Connection | None = None
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(self.path)  # it holds the private signing keys
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA busy_timeout = 5000")
@@ -287,7 +289,10 @@ class PostgresGatewayState(GatewayState):
             raise StoreUnavailableError(
                 "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
             ) from exc
-        from a2a_push.store.postgres import UNAVAILABLE_ERRORS  # outages, as the outbox sees
+        from a2a_push.store.postgres import (  # outages, as the outbox sees them
+            UNAVAILABLE_ERRORS,
+            describe_dsn,
+        )
 
         settings = {"search_path": self.schema} if self.schema else None
         pool = None
@@ -310,9 +315,13 @@ class PostgresGatewayState(GatewayState):
             if pool is not None:
                 pool.terminate()
             if isinstance(exc, UNAVAILABLE_ERRORS):
-                raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+                raise StoreUnavailableError(
+                    f"PostgreSQL at {describe_dsn(self.dsn)} is not reachable: {exc}"
+                ) from exc
             if isinstance(exc, asyncpg.PostgresError):
-                raise StoreUnusableError(f"cannot use this PostgreSQL database: {exc}") from exc
+                raise StoreUnusableError(
+                    f"cannot use PostgreSQL at {describe_dsn(self.dsn)}: {exc}; check the DSN"
+                ) from exc
             raise
         self._pool = pool
 

@@ -315,6 +315,11 @@ class Store(ConfigStore, Outbox, abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
+    @property
+    def location(self) -> str:
+        """Where the data lives, for messages (never a password)."""
+        return type(self).__name__
+
     def set_wakeup(self, callback: Callable[[], None] | None) -> None:
         """Have the store call ``callback`` when work may have become due because of
         another process (a publish, replay or release made elsewhere), so an idle

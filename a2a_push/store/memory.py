@@ -47,6 +47,10 @@ class MemoryStore(Store):
         self._task_seq: dict[str, int] = {}
         self._idempotency: dict[str, tuple[int, list[str], float]] = {}
 
+    @property
+    def location(self) -> str:
+        return "memory (nothing kept after exit)"
+
     async def close(self) -> None:
         return None
 

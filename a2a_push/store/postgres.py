@@ -97,6 +97,9 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.TooManyConnectionsError,
+    # SQLSTATE 55000: e.g. a database that does not allow connections for now (ALTER
+    # DATABASE … ALLOW_CONNECTIONS false, during maintenance); 55P03, a lock timeout.
+    asyncpg.exceptions.ObjectNotInPrerequisiteStateError,
 )
 # What asyncpg raises when a connection is killed under an operation (its protocol
 # state machine or the pool's reset on release trips over the closed socket).
@@ -194,7 +197,7 @@ class PostgresStore(RowMapping, Store):
         self.schema = schema
         self.pool_options = pool or PostgresPoolOptions()
         self.migrate = migrate
-        self._where = _describe_dsn(dsn)
+        self._where = describe_dsn(dsn)
         self._box = SecretBox(self.options.encryption_keys)
         self._pool: Any = None  # asyncpg.Pool
         self._opening = asyncio.Lock()
@@ -291,6 +294,10 @@ class PostgresStore(RowMapping, Store):
                         await conn.execute(_Q["unlock_migrations"], *lock)
         except UNAVAILABLE_ERRORS as exc:
             raise self._unavailable(exc) from exc
+
+    @property
+    def location(self) -> str:
+        return f"PostgreSQL at {self._where}"
 
     async def close(self) -> None:
         if self._closed:
@@ -914,7 +921,7 @@ def _rowcount(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _describe_dsn(dsn: str) -> str:
+def describe_dsn(dsn: str) -> str:
     """``host:port/database`` of a DSN, for messages (never the password)."""
     try:
         parts = urlsplit(dsn)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -92,7 +93,7 @@ class SQLiteStore(RowMapping, Store):
     async def open(self) -> None:
         if self._writer is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(self.path)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="a2a-push-sqlite")
         loop = asyncio.get_running_loop()
         self._conn = await loop.run_in_executor(self._executor, self._connect_writer)
@@ -125,6 +126,10 @@ class SQLiteStore(RowMapping, Store):
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         return conn
+
+    @property
+    def location(self) -> str:
+        return f"the SQLite file {self.path.resolve()}"
 
     async def close(self) -> None:
         if self._closed:
@@ -481,6 +486,18 @@ class SQLiteStore(RowMapping, Store):
 
 
 # ---- helpers run on the writer thread ---------------------------------------------------
+
+
+def create_private_file(path: Path) -> None:
+    """Create a new database file readable by its owner alone (0600, in a new folder of
+    mode 0700): it holds secrets (config tokens, sealed keys). SQLite gives the file's
+    WAL and shared-memory files the same mode. An existing file keeps its mode."""
+    folder = path.parent
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _enqueue(
