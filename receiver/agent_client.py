@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -23,6 +24,15 @@ _V03_NAMES: Final = {
     "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
     "DeleteTaskPushNotificationConfig": "tasks/pushNotificationConfig/delete",
 }
+
+
+def shown_url(url: str) -> str:
+    """``url`` for messages: without a user name or password it may carry."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
 
 
 class AgentCallError(Exception):
@@ -76,22 +86,37 @@ class AgentClient:
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AgentCallError(
-                f"{method} to {self.agent.url} failed: {type(exc).__name__}: {exc}",
+                f"{method} to {shown_url(self.agent.url)} failed: {type(exc).__name__}: {exc}",
                 retryable=True,
             ) from exc
+        url = shown_url(self.agent.url)
         if status >= 500 or status in (408, 425, 429):
-            raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=True)
+            raise AgentCallError(
+                f"{method} to {url}: the agent answered HTTP {status}", retryable=True
+            )
         if raw is None:
             raise AgentCallError(f"{method}: the agent's response is too large", retryable=False)
+        # Anything but a JSON-RPC answer usually means the URL is not the agent's JSON-RPC
+        # endpoint (its card, a REST binding, a path that does not exist), or that the
+        # agent refused the receiver's credentials: say which to check.
+        if status in (401, 403):
+            endpoint = "; check this agent's `credentials` (the Authorization value sent)"
+        else:
+            endpoint = f"; is {url} the agent's JSON-RPC endpoint?"
         try:
             data = json.loads(raw)
         except ValueError:
             raise AgentCallError(
-                f"{method}: the agent answered HTTP {status} without a JSON-RPC body",
+                f"{method} to {url}: the agent answered HTTP {status} without a JSON-RPC "
+                f"body{endpoint}",
                 retryable=False,
             ) from None
         if not isinstance(data, dict):
-            raise AgentCallError(f"{method}: not a JSON-RPC response", retryable=False)
+            raise AgentCallError(
+                f"{method} to {url}: HTTP {status} with a body that is not a JSON-RPC "
+                f"response{endpoint}",
+                retryable=False,
+            )
         error = data.get("error")
         if isinstance(error, dict):
             code = error.get("code")
@@ -101,7 +126,11 @@ class AgentClient:
                 code=code if isinstance(code, int) else None,
             )
         if status != 200 or not ("result" in data or data.get("jsonrpc") == "2.0"):
-            raise AgentCallError(f"{method}: the agent answered HTTP {status}", retryable=False)
+            raise AgentCallError(
+                f"{method} to {url}: the agent answered HTTP {status} without a JSON-RPC "
+                f"result{endpoint}",
+                retryable=False,
+            )
         # A success without "result" means null: the a2a-sdk's v0.3 adapter serializes
         # with exclude_none, so its tasks/pushNotificationConfig/delete answers that way.
         return data.get("result")

@@ -55,6 +55,7 @@ from .verify import (
     WebhookVerifier,
     check_token,
     is_valid_id,
+    issuer_fix,
     parse_json,
     presented_jwt,
     presented_token,
@@ -197,8 +198,12 @@ class Receiver:
         *,
         store: ReceiverStore | None = None,
         metrics: ReceiverMetrics | None = None,
+        warn_default_keys: bool = True,
     ) -> None:
+        """``warn_default_keys=False``: do not log that the generated API keys are used
+        (workers: their supervisor said so once)."""
         self.settings = settings
+        self._warn_default_keys = warn_default_keys
         self.store: ReceiverStore = store or open_receiver_store(settings)
         self.metrics = metrics or ReceiverMetrics()
         self._session: aiohttp.ClientSession | None = None
@@ -225,10 +230,9 @@ class Receiver:
         self._closing = False
         self.streams = 0  # open /events streams
         # Subscriptions being created by this process, by (client, agent, task): a
-        # concurrent duplicate waits for the outcome. And those it confirmed lately: a
-        # young row not among them may still be in flight in another process.
+        # concurrent duplicate waits for the outcome. (One in flight in another process
+        # is a young row the store does not mark confirmed yet.)
         self._creating: dict[tuple[str, str, str], asyncio.Future[Subscription]] = {}
-        self._confirmed: dict[str, float] = {}
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -325,7 +329,8 @@ class Receiver:
         if not keys:
             path = self.settings.data_dir / API_KEYS_FILE
             keys = {token_digest(key): client for client, key in _default_keys(path).items()}
-            log.warning("no API keys configured; using the generated ones in %s", path)
+            if self._warn_default_keys:
+                log.warning("no API keys configured; using the generated ones in %s", path)
         self._api_keys = keys
 
     async def _card_jwks(self, agent: AgentSettings) -> str | None:
@@ -498,6 +503,7 @@ class Receiver:
         Standard Webhooks signature can leave several candidates (one per secret holder).
         """
         jwt_value = presented_jwt(headers)
+        issuer: object = None
         if jwt_value is not None:
             claims = unverified_claims(jwt_value)
             issuer = claims.get("iss")
@@ -522,7 +528,13 @@ class Receiver:
             if candidates:
                 return candidates, None
         if jwt_value is not None:
-            raise WebhookRejected(401, "unknown_issuer", "the JWT issuer is not a trusted agent")
+            shown = f" {str(issuer)[:200]!r}" if isinstance(issuer, str) else ""
+            raise WebhookRejected(
+                401,
+                "unknown_issuer",
+                f"the JWT issuer{shown} is not a trusted agent's: if one of this receiver's "
+                "agents signs as that, set its `issuer` in its [[agents]] entry" + ISSUER_HINT,
+            )
         raise WebhookRejected(401, "no_credentials", "the request is not authenticated")
 
     async def _likely_first(
@@ -587,11 +599,13 @@ class Receiver:
             # The issuer picked this agent, except on the token path: check it there too.
             issuer = verified.claims.get("iss") if verified.claims is not None else None
             if verified.claims is not None and issuer not in agent.issuers:
+                # Signed with this agent's keys: its iss is what the entry should say.
                 raise WebhookRejected(
                     401,
                     "bad_issuer",
                     f"the JWT issuer {str(issuer)[:200]!r} is not the one configured for the "
-                    f"agent this token belongs to ({', '.join(agent.issuers)}){ISSUER_HINT}",
+                    f"agent this token belongs to, {agent.key} ({', '.join(agent.issuers)})"
+                    f"{issuer_fix(issuer)}",
                 )
             if len(candidates) == 1 or verified.claims is None:
                 return agent, verified
@@ -655,8 +669,9 @@ class Receiver:
         A duplicate request while the first is still creating the config on the agent
         waits for it here and shares its outcome (the subscription, or the same error).
         In another process (workers, replicas), a duplicate that finds a subscription
-        created moments ago that this process did not confirm gets 409: it may not exist
-        on the agent yet.
+        created moments ago and not yet confirmed in the store gets 409: it may not exist
+        on the agent yet. A repeat that finds it confirmed (or old) gets it, and the task
+        is fetched again.
         """
         # The rule webhooks are held to: a task no webhook could name cannot be followed.
         _require_id(task_id, "taskId")
@@ -689,17 +704,6 @@ class Receiver:
                 future.exception()  # retrieved: nobody may be waiting
         return sub, created
 
-    def _confirm(self, sub: Subscription) -> None:
-        """Remember that ``sub`` exists on the agent, for the in-flight window."""
-        now = time.time()
-        self._confirmed[sub.id] = now
-        window = self._create_window
-        while self._confirmed:
-            oldest, at = next(iter(self._confirmed.items()))
-            if at >= now - window:
-                break
-            del self._confirmed[oldest]
-
     @property
     def _create_window(self) -> float:
         """How long creating a subscription can take: the agent call and a margin."""
@@ -721,7 +725,7 @@ class Receiver:
         # Stored first: the agent may send the first webhook before it answers.
         sub = await self.store.add_subscription(candidate)
         if sub.id != candidate.id:
-            if sub.id not in self._confirmed and sub.created_at > time.time() - self._create_window:
+            if sub.confirmed_at is None and sub.created_at > time.time() - self._create_window:
                 # Created moments ago by another process, which may still be asking the
                 # agent (and remove it if that fails): not "active" yet as far as we know.
                 raise ClientError(
@@ -731,6 +735,10 @@ class Receiver:
                     "retry shortly",
                     retry_after=2,
                 )
+            # Asked again: fetch the task again too. A state that webhooks could not bring
+            # (they were refused while the agent's entry was wrong, and the sender gave
+            # up) is recovered by subscribing again, without deleting first.
+            await self._refresh(agent.key, task_id)
             return sub, False
         try:
             await self._clients[agent.key].create_push_config(
@@ -744,16 +752,27 @@ class Receiver:
             else:
                 await self.store.remove_subscription(sub.id)
             if exc.task_not_found:
-                raise ClientError(404, "task_not_found", str(exc)) from exc
+                raise ClientError(
+                    404, "task_not_found", f"{exc}{_credentials_hint(agent)}"
+                ) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
-        self._confirm(sub)
-        assert self.fetcher is not None
-        # The current state, now. Numbered like the snapshot already stored (if another
-        # subscription fetched this task before), so it may replace it: a lower number
-        # would mark it as older than what is stored, and it would be dropped.
-        known = await self.store.get_snapshot(agent.key, task_id)
-        self.fetcher.want(agent.key, task_id, known.generation if known else 0, urgent=True)
+        try:
+            await self.store.confirm_subscription(sub.id, now=time.time())
+        except Exception:
+            # The subscription works all the same; only a repeat in another process
+            # gets 409 for a while (until the row is past the creation window).
+            log.warning("could not mark subscription %s confirmed", sub.id, exc_info=True)
+        await self._refresh(agent.key, task_id)
         return sub, True
+
+    async def _refresh(self, agent_key: str, task_id: str) -> None:
+        """Fetch the task's current state now (coalesced with any fetch under way)."""
+        assert self.fetcher is not None
+        # Numbered like the snapshot already stored (if another subscription fetched
+        # this task before), so it may replace it: a lower number would mark it as older
+        # than what is stored, and it would be dropped.
+        known = await self.store.get_snapshot(agent_key, task_id)
+        self.fetcher.want(agent_key, task_id, known.generation if known else 0, urgent=True)
 
     async def own_subscription(self, client_id: str, subscription_id: str) -> Subscription:
         sub = await self.store.get_subscription(subscription_id)
@@ -804,6 +823,17 @@ class Receiver:
 
 
 _INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
+
+
+def _credentials_hint(agent: AgentSettings) -> str:
+    """Why an agent may not find a task the client sees: agents scope tasks to the
+    caller, and the receiver calls with its own credentials (never shown)."""
+    which = "its configured ones" if agent.credentials is not None else "none are configured"
+    return (
+        f". The receiver calls the agent with this agent's `credentials` setting ({which}), "
+        "so a task created under other credentials is not visible to it: set `credentials` "
+        "in this agent's [[agents]] entry to the Authorization value the task was created with"
+    )
 
 
 def _require_id(value: str, name: str) -> None:
@@ -1028,8 +1058,6 @@ def create_app(
         return _json(200, {"status": "ok"})
 
     async def metrics(request: web.Request) -> web.Response:
-        assert core.fetcher is not None
-        core.metrics.fetches_in_progress.set(core.fetcher.busy)
         return web.Response(
             body=core.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from a2a_push import logs
+from a2a_push.errors import A2APushError
 
 from .settings import (
     CONFIG_ENV,
@@ -77,8 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the settings (file < environment < flags) and serve until interrupted."""
-    from .app import create_app
-
     overrides: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -104,9 +105,29 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     logs.configure(settings.log_level)
-    if settings.workers > 1 and not args.worker:
-        return _supervise(args, settings)
-    app = create_app(settings)
+    try:
+        if settings.workers > 1 and not args.worker:
+            return _supervise(args, settings)
+        return _serve(args, settings)
+    except A2APushError as exc:  # the store cannot be opened: what to fix, in one line
+        print(f"receiver: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
+    """Serve in this process (a single receiver, or one worker) until interrupted."""
+    from .app import Receiver, create_app
+    from .metrics import MULTIPROCESS_ENV, ReceiverMetrics
+
+    if args.worker:
+        # One of several: the supervisor said what there is to say about the API keys,
+        # and gave the workers a directory where each keeps its metrics for the others'
+        # scrapes (None only for a worker started by hand).
+        metrics = ReceiverMetrics(multiprocess_dir=os.environ.get(MULTIPROCESS_ENV))
+        receiver = Receiver(settings, metrics=metrics, warn_default_keys=False)
+        app = create_app(settings, receiver=receiver)
+    else:
+        app = create_app(settings)
     banner = (
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
         f"(agents: {', '.join(a.key for a in settings.agents)})"
@@ -138,15 +159,16 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     """Run ``settings.workers`` receiver processes on one port (SO_REUSEPORT) and one store.
 
     The store's schema and the generated API keys are set up here first, so the workers
-    never race to create them. SIGTERM / SIGINT are passed on; the exit code is the
-    first failing worker's, else 0.
+    never race to create them (and only this process logs that generated keys are used).
+    The workers keep their metrics in a private temporary directory, so each scrape shows
+    them all (see receiver.metrics); it is removed when they have stopped. SIGTERM /
+    SIGINT are passed on; the exit code is the first failing worker's, else 0.
     """
     import asyncio
-    import signal
-    import subprocess
-    import time
+    import tempfile
 
     from .app import Receiver
+    from .metrics import MULTIPROCESS_ENV
 
     async def prepare() -> None:
         receiver = Receiver(settings)
@@ -155,8 +177,33 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         await receiver.store.close()
 
     asyncio.run(prepare())
+    # The workers' metric files: private (mode 0700), and gone when the receiver stops.
+    metrics_dir = tempfile.mkdtemp(prefix="a2a-receiver-metrics-")
+    try:
+        return _run_workers(args, settings, {**os.environ, MULTIPROCESS_ENV: metrics_dir})
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _run_workers(args: argparse.Namespace, settings: ReceiverSettings, env: dict[str, str]) -> int:
+    """Start the workers with ``env`` and wait for them; the exit code (see _supervise)."""
+    import signal
+    import subprocess
+    import time
+
+    from prometheus_client.multiprocess import mark_process_dead
+
+    from .metrics import MULTIPROCESS_ENV
+
     command = [sys.executable, "-m", "receiver", *_worker_argv(args, settings)]
-    procs = [subprocess.Popen(command) for _ in range(settings.workers)]  # noqa: S603
+    procs = [subprocess.Popen(command, env=env) for _ in range(settings.workers)]  # noqa: S603
+    buried: set[int] = set()
+
+    def bury(proc: subprocess.Popen[bytes]) -> None:
+        """Drop an exited worker's live gauges (its open streams are closed)."""
+        if proc.pid not in buried:
+            buried.add(proc.pid)
+            mark_process_dead(proc.pid, env[MULTIPROCESS_ENV])  # type: ignore[no-untyped-call]
 
     def forward(signum: int, _frame: object) -> None:
         for proc in procs:
@@ -179,6 +226,8 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     while any(proc.poll() is None for proc in procs):
         for proc in procs:
             code = proc.poll()
+            if code is not None:
+                bury(proc)
             if code is not None and not stopping and failed is None:
                 failed = code or 1
                 print(
@@ -188,6 +237,8 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
                 stopping = True
                 forward(signal.SIGTERM, None)
         time.sleep(0.2)
+    for proc in procs:
+        bury(proc)
     if failed is not None:
         return failed
     codes = [proc.returncode for proc in procs]

@@ -151,6 +151,7 @@ class TaskFetcher:
             self._urgent.setdefault(key, asyncio.Event()).set()
         if key not in self._running:
             self._running[key] = asyncio.create_task(self._run(key), name=f"fetch {task_id}")
+            self._count_running()
 
     async def idle(self, timeout: float = 10.0) -> None:
         """Wait until no fetch is running or wanted (for tests and demos)."""
@@ -186,6 +187,12 @@ class TaskFetcher:
         finally:
             self._running.pop(key, None)
             self._urgent.pop(key, None)
+            self._count_running()
+
+    def _count_running(self) -> None:
+        # Kept current (not set at scrape time): with several workers a scrape reaches
+        # one of them, and shows the others' values as they last set them.
+        self._metrics.fetches_in_progress.set(len(self._running))
 
     async def _respect_interval(self, key: Key) -> None:
         """Wait out the task's minimum interval since its last fetch, unless urgent."""

@@ -11,9 +11,10 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
-from a2a_push.errors import StoreUnavailableError
-from a2a_push.store.postgres import pooled_connection
+from a2a_push.errors import StoreUnavailableError, StoreUnusableError
+from a2a_push.store.postgres import UNAVAILABLE_ERRORS, pooled_connection
 from a2a_push.store.sql import migrations, queries
 
 from .store import (
@@ -61,8 +62,9 @@ class PostgresReceiverStore(ReceiverStore):
 
         settings = {"search_path": self.schema} if self.schema else {}
         settings["application_name"] = "a2a-push-receiver"
+        pool = None
         try:
-            self._pool = await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=1,
                 max_size=self._max,
@@ -70,10 +72,19 @@ class PostgresReceiverStore(ReceiverStore):
                 timeout=5,
                 command_timeout=30,
             )
-            async with self._pool.acquire() as conn:
+            async with pool.acquire() as conn:
                 await _migrate(conn, self.schema)
-        except (OSError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError) as exc:
-            raise StoreUnavailableError(f"PostgreSQL is not reachable: {exc}") from exc
+        except BaseException as exc:
+            if pool is not None:
+                pool.terminate()
+            if isinstance(exc, UNAVAILABLE_ERRORS):
+                raise _unreachable(exc, self.dsn) from exc
+            if isinstance(exc, asyncpg.PostgresError):
+                # The server answered and refused (no such database or role, a wrong
+                # password, no right to create the tables): retrying will not help.
+                raise _unusable(exc, self.dsn) from exc
+            raise
+        self._pool = pool
         self._listener = asyncio.create_task(self._listen(), name="receiver-pg-listen")
 
     async def close(self) -> None:
@@ -146,6 +157,7 @@ class PostgresReceiverStore(ReceiverStore):
                     sub.task_id,
                     sub.token_digest,
                     sub.created_at,
+                    sub.confirmed_at,
                 )
                 if inserted is not None:
                     return sub
@@ -157,6 +169,11 @@ class PostgresReceiverStore(ReceiverStore):
             raise StoreUnavailableError("the subscription is being changed concurrently; retry")
 
         return await self._run(op)
+
+    async def confirm_subscription(self, subscription_id: str, *, now: float) -> None:
+        await self._run(
+            lambda conn: conn.execute(self._sql["confirm_subscription"], now, subscription_id)
+        )
 
     async def get_subscription(self, subscription_id: str) -> Subscription | None:
         rows = await self._fetch("get_subscription", subscription_id)
@@ -361,5 +378,43 @@ async def _migrate(conn: Any, schema: str | None) -> None:
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
 
 
-def _unreachable(exc: BaseException) -> StoreUnavailableError:
-    return StoreUnavailableError(f"PostgreSQL is not reachable: {exc}")
+def _unreachable(exc: BaseException, dsn: str | None = None) -> StoreUnavailableError:
+    where = f" at {_shown_dsn(dsn)}" if dsn is not None else ""
+    return StoreUnavailableError(f"PostgreSQL{where} is not reachable: {exc}")
+
+
+def _unusable(exc: BaseException, dsn: str) -> StoreUnusableError:
+    """What to fix when the server refuses the DSN itself (it is not an outage)."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        todo = "create that database (createdb), or fix the database name in the DSN"
+    elif isinstance(exc, asyncpg.InvalidPasswordError):
+        todo = "fix the password in the DSN"
+    elif isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):
+        # A role that does not exist, or no pg_hba.conf entry lets it in.
+        todo = "fix the user name in the DSN (or create that role), or the server's pg_hba.conf"
+    elif isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        todo = "grant the role the right to create tables there, or use another role"
+    else:
+        todo = "check the DSN and the server's settings"
+    return StoreUnusableError(
+        f"cannot use PostgreSQL at {_shown_dsn(dsn)}: {exc}; {todo} (the DSN is the "
+        "database setting: --database, A2A_RECEIVER_DATABASE or the config file)"
+    )
+
+
+def _shown_dsn(dsn: str) -> str:
+    """A DSN for messages: ``postgresql://user@host:port/database``, never the password
+    (nor the query string, which may carry one)."""
+    try:
+        parts = urlsplit(dsn)
+        host = parts.hostname or "localhost"
+        if ":" in host:
+            host = f"[{host}]"
+        port = parts.port or 5432
+    except ValueError:
+        return "the configured database"
+    user = f"{parts.username}@" if parts.username else ""
+    database = parts.path.lstrip("/") or parts.username or "postgres"
+    return f"{parts.scheme}://{user}{host}:{port}/{database}"

@@ -124,11 +124,17 @@ class SQLiteReceiverStore(ReceiverStore):
                     "task_id": sub.task_id,
                     "token_digest": sub.token_digest,
                     "created_at": sub.created_at,
+                    "confirmed_at": sub.confirmed_at,
                 },
             )
             return sub
 
         return await self._write(op)
+
+    async def confirm_subscription(self, subscription_id: str, *, now: float) -> None:
+        await self._write(
+            lambda conn: conn.execute(self._sql["confirm_subscription"], (now, subscription_id))
+        )
 
     async def get_subscription(self, subscription_id: str) -> Subscription | None:
         rows = self._all("get_subscription", (subscription_id,))

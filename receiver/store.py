@@ -29,6 +29,9 @@ class Subscription:
     state: SubscriptionState
     created_at: float
     deleted_at: float | None = None
+    confirmed_at: float | None = None
+    """When the agent accepted the push config; None while that is not known (the
+    call is in flight, or the row predates this column)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -124,6 +127,11 @@ class ReceiverStore(abc.ABC):
     async def add_subscription(self, sub: Subscription) -> Subscription:
         """Insert ``sub``; if the client already has an active one for this task, return
         that one instead (creating a subscription is idempotent)."""
+
+    @abc.abstractmethod
+    async def confirm_subscription(self, subscription_id: str, *, now: float) -> None:
+        """Record that the agent accepted the subscription's push config (kept in the
+        store, so every process and a restarted one know; the first time counts)."""
 
     @abc.abstractmethod
     async def get_subscription(self, subscription_id: str) -> Subscription | None: ...
@@ -266,6 +274,7 @@ def subscription_from_row(row: Any) -> Subscription:
         state=SubscriptionState(row["state"]),
         created_at=row["created_at"],
         deleted_at=row["deleted_at"],
+        confirmed_at=row["confirmed_at"],
     )
 
 

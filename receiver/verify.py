@@ -99,10 +99,35 @@ def _unauthorized(reason: str, message: str) -> WebhookRejected:
     return WebhookRejected(401, reason, message)
 
 
+def _stale(what: str, stamped: float, current: float, window: int) -> WebhookRejected:
+    """A time outside the freshness window: by how much, which way, and what to check."""
+    off = current - stamped
+    way = "old" if off > 0 else "in the future"
+    return _unauthorized(
+        "stale",
+        f"{what} is outside the freshness window: it is {math.ceil(abs(off))} s {way} "
+        f"(at most {window} s either way is accepted); check that the sender's and this "
+        "receiver's clocks are synchronised (NTP)",
+    )
+
+
 ISSUER_HINT: Final = (
     " (for an agent whose webhooks a gateway sends, set the agent's issuer to the "
     "gateway's public URL)"
 )
+_MAX_SHOWN_ISSUER: Final = 200
+
+
+def issuer_fix(seen: object) -> str:
+    """What to set when a JWT's ``iss`` is not the agent's configured issuer: the exact
+    ``issuer = "..."`` line for the agent's config entry, and the gateway hint.
+
+    Only for a JWT that verified with the agent's own keys (it is the agent's); quoted
+    as a TOML (and JSON) string, so an odd issuer cannot break the message's line.
+    """
+    if not isinstance(seen, str) or not seen or len(seen) > _MAX_SHOWN_ISSUER:
+        return ISSUER_HINT
+    return f"; set issuer = {json.dumps(seen)} in this agent's [[agents]] entry{ISSUER_HINT}"
 
 
 def is_valid_id(value: object) -> TypeGuard[str]:
@@ -519,7 +544,7 @@ class WebhookVerifier:
             raise WebhookRejected(400, "bad_header", "webhook-timestamp is not unix seconds")
         value = float(int(raw))
         if abs(current - value) > self.policy.freshness_seconds:
-            raise _unauthorized("stale", "webhook-timestamp is outside the freshness window")
+            raise _stale("webhook-timestamp", value, current, self.policy.freshness_seconds)
         return value
 
     async def _verify_jwt(
@@ -549,11 +574,16 @@ class WebhookVerifier:
                 now=int(current),
             )
         except JWTVerificationError as exc:
-            hint = ISSUER_HINT if exc.reason == "bad_issuer" else ""
+            hint = ""
+            if exc.reason == "bad_issuer":
+                # Checked after the signature: the JWT is this key holder's, with another
+                # iss. Say which (the policy's issuer is the caller's to change).
+                seen = str(unverified_claims(token).get("iss"))[:_MAX_SHOWN_ISSUER]
+                hint = f" (it names {json.dumps(seen)}){ISSUER_HINT}"
             raise _unauthorized(exc.reason, f"the JWT was refused: {exc}{hint}") from exc
         iat = float(claims["iat"])
         if abs(current - iat) > policy.freshness_seconds:
-            raise _unauthorized("stale", "the JWT iat is outside the freshness window")
+            raise _stale("the JWT iat", iat, current, policy.freshness_seconds)
         jti = _check_id(claims["jti"], "the JWT jti", "bad_claim")
         assert jti is not None
         for name in ("taskId", "configId"):

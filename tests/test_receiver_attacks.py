@@ -185,7 +185,10 @@ async def test_jwt_from_an_untrusted_issuer_is_refused(rig: WebhookRig) -> None:
     sub, _ = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
     token = rig.jwt("a", body, sub, issuer="http://evil.test")
-    await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    # Unverified (no agent's keys were tried): named, and what to set if it is ours.
+    assert "'http://evil.test' is not a trusted agent's" in answer["message"]
+    assert "set its `issuer` in its [[agents]] entry" in answer["message"]
 
 
 async def test_jwt_naming_another_trusted_agent_as_issuer_is_refused(rig: WebhookRig) -> None:
@@ -205,8 +208,12 @@ async def test_jwt_with_a_wrong_issuer_is_refused_even_with_a_valid_token(
         HEADER_NOTIFICATION_TOKEN: token,
     }
     answer = await _refused(rig, body, headers, 401, "bad_issuer")
-    # The operator learns which issuer came, and what to set when a gateway sends.
-    assert "http://evil.test" in answer["message"] and "gateway" in answer["message"]
+    # The operator learns which issuer came, the exact line to set in the agent's entry,
+    # and what to set when a gateway sends.
+    message = answer["message"]
+    assert "'http://evil.test'" in message and rig.agents["b"].key in message
+    assert 'set issuer = "http://evil.test" in this agent\'s [[agents]] entry' in message
+    assert "gateway's public URL" in message
 
 
 async def test_jwt_for_another_audience_is_refused(rig: WebhookRig) -> None:

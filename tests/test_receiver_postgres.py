@@ -1,18 +1,25 @@
 """Receiver replicas on one PostgreSQL database: shared dedup, every replica's SSE sees
-every update (LISTEN/NOTIFY)."""
+every update (LISTEN/NOTIFY), a repeated subscribe on another replica; and a DSN the
+server refuses, explained in one line."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from a2a_push.errors import StoreUnusableError
 from receiver.app import RECEIVER, create_app
 from receiver.postgres_store import PostgresReceiverStore
 from receiver.settings import ReceiverSettings
@@ -162,3 +169,102 @@ async def test_workers_opening_a_new_schema_together_all_start() -> None:
         await asyncio.gather(*(s.open() for s in stores))
     finally:
         await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_a_confirmed_subscription_is_200_at_once_on_another_replica(
+    tmp_path: Path,
+) -> None:
+    dsn = require_postgres()
+    schema = postgres_schema()
+    agent_server, agent_url = await _agent()  # accepts any push config
+    settings = ReceiverSettings.model_validate(
+        {
+            "port": 0,
+            "data_dir": tmp_path,
+            "agents": [{"url": agent_url, "auth": ["token"]}],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+        }
+    )
+    servers = []
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    body = {"agentUrl": agent_url, "taskId": "t1"}
+    try:
+        for _ in range(2):
+            app = create_app(settings, store=PostgresReceiverStore(dsn, schema=schema))
+            server = TestServer(app, host="127.0.0.1")
+            await server.start_server()
+            servers.append(server)
+        a, b = servers
+        async with aiohttp.ClientSession() as session:
+            async with session.post(a.make_url("/subscriptions"), json=body, headers=auth) as r:
+                assert r.status == 201
+                created = await r.json()
+            # Not 409 for the creation window: replica A confirmed it in the database.
+            async with session.post(b.make_url("/subscriptions"), json=body, headers=auth) as r:
+                assert (r.status, await r.json()) == (200, created)
+    finally:
+        for server in servers:
+            await server.close()
+        await agent_server.close()
+
+
+def _missing_database_dsn() -> tuple[str, str, str]:
+    """(DSN of a database that does not exist, its name, the password in the DSN)."""
+    parts = urlsplit(require_postgres())
+    name = f"a2a_push_missing_{uuid.uuid4().hex[:12]}"
+    password = parts.password or "s3cret-password"  # trust auth: any password will do
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username or 'postgres'}:{password}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc, path="/" + name)), name, password
+
+
+async def test_the_store_says_what_to_fix_when_the_server_refuses_the_dsn() -> None:
+    dsn, name, password = _missing_database_dsn()
+    with pytest.raises(StoreUnusableError) as caught:
+        await PostgresReceiverStore(dsn).open()
+    message = str(caught.value)
+    assert f'database "{name}" does not exist' in message
+    assert "create that database" in message and password not in message
+    parts = urlsplit(dsn)
+    # A role that does not exist: the same kind of error, another thing to fix.
+    no_role = urlunsplit(
+        parts._replace(
+            netloc=f"no_such_role_{uuid.uuid4().hex[:8]}@{parts.hostname}:{parts.port or 5432}"
+        )
+    )
+    with pytest.raises(StoreUnusableError, match="fix the user name in the DSN"):
+        await PostgresReceiverStore(no_role).open()
+
+
+@pytest.mark.parametrize("command", [["a2a_push", "receiver"], ["receiver"]])
+def test_a_database_that_does_not_exist_stops_the_command_with_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    dsn, name, password = _missing_database_dsn()
+    parts = urlsplit(dsn)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            *command,
+            "--database",
+            dsn,
+            "--agent",
+            "http://127.0.0.1:9/",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    where = f"{parts.scheme}://{parts.username}@{parts.hostname}:{parts.port or 5432}/{name}"
+    assert proc.stderr.startswith(f"receiver: error: cannot use PostgreSQL at {where}: ")
+    assert f'database "{name}" does not exist' in proc.stderr
+    assert "create that database" in proc.stderr
+    assert password not in proc.stderr and password not in proc.stdout

@@ -1,7 +1,9 @@
 """Receiver regressions, on real local servers and real SQLite: an unknown kid while the
 JWKS refetch is rate-limited, JWKS discovery when the agent was down at start, agent-card
-shapes and sizes, client API id validation, concurrent duplicate subscriptions, how long
-dedup keys are kept, and what the maintenance purge removes."""
+shapes and sizes, client API id validation, concurrent duplicate subscriptions, repeated
+subscriptions in other processes (confirmed in the store) and their fresh fetch, what a
+failed subscribe says, how long dedup keys are kept, and what the maintenance purge
+removes."""
 
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ class Agent:
     """When set, CreateTaskPushNotificationConfig answers only once this event is set."""
     create_error: dict[str, Any] | None = None
     creates: int = 0
+    state: str = "TASK_STATE_WORKING"
+    """What GetTask says the task's state is."""
+    get_tasks: int = 0
 
     @property
     def url(self) -> str:
@@ -83,11 +88,8 @@ class Agent:
             data = await request.json()
             params = data["params"]
             if data["method"] == "GetTask":
-                task = {
-                    "id": params["id"],
-                    "contextId": "c",
-                    "status": {"state": "TASK_STATE_WORKING"},
-                }
+                self.get_tasks += 1
+                task = {"id": params["id"], "contextId": "c", "status": {"state": self.state}}
                 return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": task})
             self.creates += 1
             if self.create_gate is not None:
@@ -469,6 +471,116 @@ async def test_a_young_subscription_from_another_process_is_409_until_it_can_be_
             await receiver.store.remove_subscription(young.id)
             old = await stored_subscription(receiver, agent.url, "t1")
             assert await _subscribe(session, settings, agent) == (200, old.to_json())
+
+
+async def test_a_confirmed_subscription_is_200_at_once_in_another_process_and_after_restart(
+    tmp_path: Path,
+) -> None:
+    """The confirmation is in the store: a repeat that reaches another worker (here a
+    second receiver on the same SQLite file), or this one restarted, gets the
+    subscription at once, not 409 for the creation window."""
+    agent = Agent()
+    async with agent_server(agent):
+        entry = {"url": agent.url, "jwks_url": agent.base + "/keys"}
+        first, second = settings_for(tmp_path, entry), settings_for(tmp_path, entry)
+        assert first.database_url == second.database_url and first.port != second.port
+        async with aiohttp.ClientSession() as session:
+            async with receiver_server(first), receiver_server(second) as other:
+                status, created = await _subscribe(session, first, agent)
+                assert status == 201
+                stored = await other.store.get_subscription(created["id"])
+                assert stored is not None and stored.confirmed_at is not None
+                assert await _subscribe(session, second, agent) == (200, created)
+            async with receiver_server(first):  # restarted
+                assert await _subscribe(session, first, agent) == (200, created)
+            assert agent.creates == 1
+
+
+async def test_subscribing_again_fetches_the_task_again(tmp_path: Path) -> None:
+    """After the webhooks were lost (refused while the agent's entry was wrong, and the
+    sender gave up), subscribing again brings the current state, without a DELETE."""
+    agent = Agent()
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
+            assert (await _subscribe(session, settings, agent))[0] == 201
+            await _task_state(session, settings, "TASK_STATE_WORKING")
+            fetched = agent.get_tasks
+            agent.state = "TASK_STATE_COMPLETED"  # no webhook tells the receiver
+            status, _ = await _subscribe(session, settings, agent)
+            assert status == 200
+            await _task_state(session, settings, "TASK_STATE_COMPLETED")
+            assert agent.get_tasks == fetched + 1 and agent.creates == 1
+            assert receiver.fetcher is not None
+            await receiver.fetcher.idle()
+
+
+async def _task_state(
+    session: aiohttp.ClientSession, settings: ReceiverSettings, state: str
+) -> None:
+    """Wait until the receiver serves task t1 in ``state``."""
+    deadline = time.monotonic() + 10
+    last: Any = None
+    while time.monotonic() < deadline:
+        async with session.get(settings.base_url + "/tasks/t1", headers=AUTH) as r:
+            last = (r.status, await r.json())
+        if last[0] == 200 and last[1]["status"]["state"] == state:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"task t1 never reached {state}; last: {last}")
+
+
+# ---- what a failed subscribe says --------------------------------------------------------
+
+
+async def test_an_agent_url_that_is_not_a_json_rpc_endpoint_is_named_in_the_error(
+    tmp_path: Path,
+) -> None:
+    agent = Agent()
+    async with agent_server(agent):
+        wrong = agent.base + "/nowhere"  # the agent server answers 404, text/plain
+        settings = settings_for(tmp_path, {"url": wrong, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings), aiohttp.ClientSession() as session:
+            body = {"agentUrl": wrong, "taskId": "t1"}
+            async with session.post(
+                settings.base_url + "/subscriptions", json=body, headers=AUTH
+            ) as r:
+                assert r.status == 502
+                answer = await r.json()
+        assert answer["error"] == "agent_error"
+        assert answer["message"] == (
+            f"CreateTaskPushNotificationConfig to {wrong}: the agent answered HTTP 404 "
+            f"without a JSON-RPC body; is {wrong} the agent's JSON-RPC endpoint?"
+        )
+
+
+def test_agent_urls_in_messages_drop_their_user_and_password() -> None:
+    from receiver.agent_client import shown_url
+
+    assert shown_url("http://user:s3cret@agent.test:8/rpc?x=1") == "http://agent.test:8/rpc?x=1"
+    assert shown_url("https://agent.test/rpc") == "https://agent.test/rpc"
+
+
+@pytest.mark.parametrize("credentials", [None, "Bearer the-receivers-secret-0123"])
+async def test_task_not_found_on_subscribe_explains_whose_credentials_are_used(
+    tmp_path: Path, credentials: str | None
+) -> None:
+    agent = Agent(create_error={"code": -32001, "message": "Task not found"})
+    async with agent_server(agent):
+        entry: dict[str, Any] = {"url": agent.url, "jwks_url": agent.base + "/keys"}
+        if credentials is not None:
+            entry["credentials"] = credentials
+        settings = settings_for(tmp_path, entry)
+        async with receiver_server(settings), aiohttp.ClientSession() as session:
+            status, answer = await _subscribe(session, settings, agent)
+    assert (status, answer["error"]) == (404, "task_not_found")
+    message = answer["message"]
+    assert message.startswith("CreateTaskPushNotificationConfig: agent error -32001")
+    assert "calls the agent with this agent's `credentials` setting" in message
+    assert "a task created under other credentials is not visible to it" in message
+    which = "none are configured" if credentials is None else "its configured ones"
+    assert f"({which})" in message
+    assert "the-receivers-secret" not in message
 
 
 # ---- 6. dedup keys outlive the sender's retries; 7. the purge drops old history ----------

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from a2a_push.store.sql import migrations
 from receiver.sqlite_store import SQLiteReceiverStore
 from receiver.store import (
     Notification,
@@ -87,6 +91,99 @@ async def test_adding_the_same_clients_subscription_twice_returns_the_first(
     other = await store.add_subscription(sub("sub_3", client="bob", digest="c"))
     assert other.id == "sub_3"
     assert [s.id for s in await store.subscriptions_for_task(AGENT, "t1")] == ["sub_1", "sub_3"]
+
+
+async def test_a_subscription_is_confirmed_once_and_every_reader_sees_it(
+    store: ReceiverStore,
+) -> None:
+    first = await store.add_subscription(sub("sub_1", digest="a"))
+    assert first.confirmed_at is None
+    await store.confirm_subscription("sub_1", now=7.0)
+    await store.confirm_subscription("sub_1", now=9.0)  # the first time counts
+    found = await store.get_subscription("sub_1")
+    assert found is not None and found.confirmed_at == 7.0
+    again = await store.add_subscription(sub("sub_2", digest="b"))  # the repeat's view
+    assert (again.id, again.confirmed_at) == ("sub_1", 7.0)
+    assert "confirmedAt" not in again.to_json()
+    # A row stored confirmed (an embedder's, or a test's) keeps it.
+    other = await store.add_subscription(
+        replace(sub("sub_3", client="bob", digest="c"), confirmed_at=3.0)
+    )
+    assert (await store.get_subscription(other.id)) == other
+
+
+async def _old_schema(kind: str, tmp_path: Path) -> ReceiverStore:
+    """A store over a database made by the receiver before ``confirmed_at`` (migrations
+    0001 and 0002 only), holding one subscription."""
+    row = ("sub_old", "alice", AGENT, "t1", "d-old", "active", 1.0)
+    old = [(v, script) for v, script in migrations(kind, "receiver.sql") if v <= 2]
+    assert [v for v, _ in old] == [1, 2]
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            for version, script in old:
+                conn.executescript(script)
+                conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute(
+                "INSERT INTO subscriptions (id, client_id, agent_url, task_id, token_digest, "
+                "state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        return SQLiteReceiverStore(path, synchronous="NORMAL")
+    import asyncpg
+
+    from receiver.postgres_store import PostgresReceiverStore
+
+    dsn, schema = require_postgres(), postgres_schema()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.execute(f'SET search_path = "{schema}"')
+        await conn.execute(
+            "CREATE TABLE receiver_schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        for version, script in old:
+            await conn.execute(script)
+            await conn.execute(
+                "INSERT INTO receiver_schema_migrations (version) VALUES ($1)", version
+            )
+        await conn.execute(
+            "INSERT INTO receiver_subscriptions (id, client_id, agent_url, task_id, "
+            "token_digest, state, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            *row,
+        )
+    finally:
+        await conn.close()
+    return PostgresReceiverStore(dsn, schema=schema)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_database_from_before_confirmations_is_upgraded_in_place(
+    kind: str, tmp_path: Path
+) -> None:
+    store = await _old_schema(kind, tmp_path)
+    async with store:
+        kept = await store.get_subscription("sub_old")
+        # Not known to be confirmed; being old, a repeat gets it anyway (see app.py).
+        assert kept is not None and kept.confirmed_at is None and kept.created_at == 1.0
+        assert (await store.add_subscription(sub("sub_new", digest="d-new"))).id == "sub_old"
+        await store.confirm_subscription("sub_old", now=5.0)
+        confirmed = await store.get_subscription("sub_old")
+        assert confirmed is not None and confirmed.confirmed_at == 5.0
+    async with make_store_again(store) as reopened:  # the upgrade is applied once
+        again = await reopened.get_subscription("sub_old")
+        assert again is not None and again.confirmed_at == 5.0
+
+
+def make_store_again(store: ReceiverStore) -> ReceiverStore:
+    """Another store over the same database as ``store``."""
+    from receiver.postgres_store import PostgresReceiverStore
+
+    if isinstance(store, SQLiteReceiverStore):
+        return SQLiteReceiverStore(store.path, synchronous="NORMAL")
+    assert isinstance(store, PostgresReceiverStore)
+    return PostgresReceiverStore(store.dsn, schema=store.schema)
 
 
 async def test_subscription_lookup_by_token_digest_and_deletion(store: ReceiverStore) -> None:

@@ -159,6 +159,19 @@ async def test_jwt_older_than_the_freshness_window_is_stale(keyset: KeySet) -> N
     verifier = _verifier(keyset, freshness_seconds=60)
     refusal = await _rejected(verifier, {HEADER_SIGNATURE: _sign(keyset)}, now=NOW + 120)
     assert (refusal.status, refusal.reason) == (401, "stale")
+    assert str(refusal) == (
+        "the JWT iat is outside the freshness window: it is 120 s old (at most 60 s either "
+        "way is accepted); check that the sender's and this receiver's clocks are "
+        "synchronised (NTP)"
+    )
+
+
+async def test_a_jwt_from_another_issuer_names_it(keyset: KeySet) -> None:
+    token = _sign(keyset, issuer="https://gateway.example")
+    refusal = await _rejected(_verifier(keyset), {HEADER_SIGNATURE: token})
+    assert refusal.reason == "bad_issuer"
+    assert '(it names "https://gateway.example")' in str(refusal)
+    assert "gateway's public URL" in str(refusal)
 
 
 async def test_expired_jwt_is_refused(keyset: KeySet) -> None:
@@ -307,8 +320,11 @@ async def test_standard_webhooks_needs_id_and_timestamp() -> None:
     assert (refusal.status, refusal.reason) == (400, "bad_header")
 
 
-@pytest.mark.parametrize(("skew", "status"), [(-301, 401), (301, 401), (-299, None)])
-async def test_webhook_timestamp_freshness_window(skew: int, status: int | None) -> None:
+@pytest.mark.parametrize(
+    ("skew", "status", "off"),
+    [(-301, 401, "301 s old"), (301, 401, "301 s in the future"), (-299, None, "")],
+)
+async def test_webhook_timestamp_freshness_window(skew: int, status: int | None, off: str) -> None:
     verifier = _standard_verifier(SW_SECRET)
     call = verifier.verify(VECTOR, VECTOR_BODY, now=1614265330 - skew)
     if status is None:
@@ -317,6 +333,12 @@ async def test_webhook_timestamp_freshness_window(skew: int, status: int | None)
     with pytest.raises(WebhookRejected) as caught:
         await call
     assert (caught.value.status, caught.value.reason) == (status, "stale")
+    # How far off, which way, and what to check.
+    assert str(caught.value) == (
+        f"webhook-timestamp is outside the freshness window: it is {off} (at most 300 s "
+        "either way is accepted); check that the sender's and this receiver's clocks are "
+        "synchronised (NTP)"
+    )
 
 
 @pytest.mark.parametrize("value", ["", "-1", "1.5", "1e9", "\uff11\uff12", "9" * 13])

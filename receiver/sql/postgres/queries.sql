@@ -1,9 +1,12 @@
 -- name: insert_subscription
 INSERT INTO receiver_subscriptions
-    (id, client_id, agent_url, task_id, token_digest, state, created_at)
-VALUES ($1, $2, $3, $4, $5, 'active', $6)
+    (id, client_id, agent_url, task_id, token_digest, state, created_at, confirmed_at)
+VALUES ($1, $2, $3, $4, $5, 'active', $6, $7)
 ON CONFLICT (client_id, agent_url, task_id) WHERE state = 'active' DO NOTHING
 RETURNING id;
+
+-- name: confirm_subscription
+UPDATE receiver_subscriptions SET confirmed_at = $1 WHERE id = $2 AND confirmed_at IS NULL;
 
 -- name: active_subscription
 SELECT * FROM receiver_subscriptions

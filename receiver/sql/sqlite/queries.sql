@@ -1,6 +1,11 @@
 -- name: insert_subscription
-INSERT INTO subscriptions (id, client_id, agent_url, task_id, token_digest, state, created_at)
-VALUES (:id, :client_id, :agent_url, :task_id, :token_digest, 'active', :created_at);
+INSERT INTO subscriptions
+    (id, client_id, agent_url, task_id, token_digest, state, created_at, confirmed_at)
+VALUES (:id, :client_id, :agent_url, :task_id, :token_digest, 'active', :created_at,
+        :confirmed_at);
+
+-- name: confirm_subscription
+UPDATE subscriptions SET confirmed_at = ? WHERE id = ? AND confirmed_at IS NULL;
 
 -- name: active_subscription
 SELECT * FROM subscriptions
