@@ -1009,6 +1009,10 @@ def _last_result(d: Delivery) -> str:
 def _next_attempt(d: Delivery, now: float) -> str:
     if d.state is not DeliveryState.PENDING:
         return "-"
+    if d.leased_until is not None:
+        if d.leased_until > now:
+            return f"in flight (claimed; lease ends in {_duration(d.leased_until - now)})"
+        return "due now (its worker's lease ran out)"
     if d.next_attempt_at <= now:
         return "due now"
     return f"in {_duration(d.next_attempt_at - now)}"
@@ -1087,6 +1091,7 @@ def _delivery_json(d: Delivery, *, with_body: bool = False) -> dict[str, Any]:
         "next_attempt_at": _utc_iso(d.next_attempt_at)
         if d.state is DeliveryState.PENDING
         else None,
+        "leased_until": None if d.leased_until is None else _utc_iso(d.leased_until),
         "created_at": _utc_iso(d.created_at),
         "updated_at": _utc_iso(d.updated_at),
         "body_bytes": len(d.body),

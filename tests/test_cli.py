@@ -366,6 +366,20 @@ def test_deliveries_list_table(cli: CLI, outbox: Outbox) -> None:
     assert by_id[outbox.pending].rstrip().endswith("due now")
 
 
+def test_deliveries_list_shows_a_claimed_delivery_as_in_flight(cli: CLI, outbox: Outbox) -> None:
+    async def claim(lease_seconds: float) -> None:
+        async with SQLiteStore(outbox.path) as store:
+            await store.claim_due(10, lease_seconds=lease_seconds, worker_id="dead-worker")
+
+    asyncio.run(claim(600))
+    result = cli("deliveries", "list", "--database", str(outbox.path))
+    row = next(r for r in result.out.splitlines() if r.startswith(outbox.pending))
+    assert "in flight (claimed; lease ends in" in row
+    listed = json.loads(cli("deliveries", "list", "--json", "--database", str(outbox.path)).out)
+    (pending,) = [d for d in listed if d["id"] == outbox.pending]
+    assert pending["leased_until"].endswith("Z")
+
+
 def test_deliveries_list_filters(cli: CLI, outbox: Outbox) -> None:
     db = str(outbox.path)
 

@@ -372,6 +372,20 @@ async def test_an_outcome_after_the_lease_ran_out_counts_when_no_one_took_over(
     assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 91) == []
 
 
+async def test_listings_show_which_deliveries_a_worker_holds(store: Store) -> None:
+    await store.put_config(config(id="a"))
+    _, (first,) = await enqueue(store)
+    _, (second,) = await enqueue(store)
+    assert (await store.get_delivery(first)).leased_until is None  # type: ignore[union-attr]
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert (await store.get_delivery(first)).leased_until == pytest.approx(NOW + 30)  # type: ignore[union-attr]
+    listed = {x.id: x.leased_until for x in await store.list_deliveries(DeliveryFilter())}
+    assert listed == {first: pytest.approx(NOW + 30), second: None}
+    await store.complete([done(d)], now=NOW + 1)
+    listed = {x.id: x.leased_until for x in await store.list_deliveries(DeliveryFilter())}
+    assert listed == {first: None, second: None}
+
+
 async def test_release_gives_work_back_at_once(store: Store) -> None:
     await store.put_config(config(id="a"))
     await enqueue(store)

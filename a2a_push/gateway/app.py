@@ -368,6 +368,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             "seq": d.seq,
             "lastError": getattr(d, "last_error", None),
             "createdAt": getattr(d, "created_at", None),
+            # A worker holds the delivery until then (in flight, or its worker died).
+            "leasedUntil": getattr(d, "leased_until", None),
         }
 
     async def list_deliveries(request: web.Request) -> web.Response:

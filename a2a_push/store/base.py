@@ -76,6 +76,9 @@ class Delivery:
     config: StoredConfig | None = None
     # Set when the stored config could not be read (e.g. its secrets fail to decrypt).
     config_error: str | None = None
+    # Filled in by get_delivery() and list_deliveries(): when the lease a worker holds
+    # on it ends (a claimed delivery is in flight, or its worker died), else None.
+    leased_until: float | None = None
 
 
 OutcomeKind = Literal["delivered", "retry", "dead", "defer"]

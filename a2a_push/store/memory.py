@@ -355,7 +355,14 @@ class MemoryStore(Store):
                 lane.lease_owner, lane.lease_until = None, 0.0
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
-        return self._deliveries.get(delivery_id)
+        d = self._deliveries.get(delivery_id)
+        return None if d is None else self._with_lease(d)
+
+    def _with_lease(self, d: Delivery) -> Delivery:
+        lane = self._lanes.get((d.config_key, d.task_id))
+        if lane is None or lane.lease_owner is None or not lane.pending:
+            return d
+        return replace(d, leased_until=lane.lease_until) if lane.pending[0] == d.id else d
 
     async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
         out = []
@@ -372,7 +379,7 @@ class MemoryStore(Store):
                 continue
             if flt.created_before is not None and d.created_at >= flt.created_before:
                 continue
-            out.append(d)
+            out.append(self._with_lease(d))
             if len(out) >= flt.limit:
                 break
         return out

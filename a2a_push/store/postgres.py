@@ -64,7 +64,7 @@ from .base import (
     check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
-from .rows import RowMapping
+from .rows import LEASED_UNTIL, RowMapping
 from .secrets import SecretBox
 from .sql import migrations, queries
 
@@ -709,7 +709,7 @@ class PostgresStore(RowMapping, Store):
         params.append(flt.limit)
         # Only fixed clause strings are joined; every value is a bound parameter.
         sql = (
-            f"SELECT * FROM deliveries WHERE {' AND '.join(clauses)} "
+            f"SELECT d.*, {LEASED_UNTIL} FROM deliveries d WHERE {' AND '.join(clauses)} "
             f"ORDER BY id LIMIT ${len(params)}"
         )
         async with self._connection() as conn:

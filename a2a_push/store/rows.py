@@ -8,6 +8,14 @@ from ..errors import CorruptRowError, SecretDecryptionError
 from .base import Delivery, DeliveryState, StoredConfig
 from .secrets import SecretBox
 
+# A column for listings of deliveries (``FROM deliveries d``): when the lease on the
+# delivery's lane ends, if a worker holds one and the delivery is the lane's head.
+LEASED_UNTIL = (
+    "(SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key "
+    "AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) "
+    "AS leased_until"
+)
+
 
 class RowMapping:
     """Builds configs and deliveries from rows (``sqlite3.Row`` or ``asyncpg.Record``).
@@ -68,6 +76,8 @@ class RowMapping:
             last_error=row["last_error"],
             config=config,
             config_error=config_error,
+            # keys(): "in" on a sqlite3.Row looks among the values.
+            leased_until=row["leased_until"] if "leased_until" in row.keys() else None,  # noqa: SIM118
         )
 
     def _claimed_from_row(self, row: Any) -> Delivery:

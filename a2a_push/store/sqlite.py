@@ -43,7 +43,7 @@ from .base import (
     check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
-from .rows import RowMapping
+from .rows import LEASED_UNTIL, RowMapping
 from .secrets import SecretBox
 from .sql import migrate_sqlite, queries
 from .sqlite_writer import SQLiteWriter
@@ -423,7 +423,10 @@ class SQLiteStore(RowMapping, Store):
         clauses = ["1 = 1"] + [c for c, value in conditions if value is not None]
         params: list[object] = [value for _, value in conditions if value is not None]
         # Only fixed clause strings are joined; every value is a bound parameter.
-        sql = f"SELECT * FROM deliveries WHERE {' AND '.join(clauses)} ORDER BY id LIMIT ?"
+        sql = (
+            f"SELECT d.*, {LEASED_UNTIL} FROM deliveries d WHERE {' AND '.join(clauses)} "
+            "ORDER BY id LIMIT ?"
+        )
         rows = await self._read(sql, [*params, flt.limit])
         return [self._delivery_from_row(r) for r in rows]
 

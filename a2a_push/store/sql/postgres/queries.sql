@@ -229,7 +229,8 @@ FROM deliveries d
 WHERE lanes.head_id = ANY ($1::text[]) AND lanes.lease_owner = $2 AND d.id = lanes.head_id;
 
 -- name: delivery_by_id
-SELECT * FROM deliveries WHERE id = $1;
+SELECT d.*, (SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) AS leased_until
+FROM deliveries d WHERE id = $1;
 
 -- name: dead_delivery_tasks
 SELECT DISTINCT task_id FROM deliveries WHERE id = ANY ($1::text[]) AND state = 'dead';

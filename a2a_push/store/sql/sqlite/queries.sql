@@ -168,7 +168,8 @@ UPDATE lanes SET due_at = (SELECT next_attempt_at FROM deliveries WHERE id = lan
 WHERE head_id = ? AND lease_owner = ?;
 
 -- name: delivery_by_id
-SELECT * FROM deliveries WHERE id = ?;
+SELECT d.*, (SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) AS leased_until
+FROM deliveries d WHERE id = ?;
 
 -- name: replay_delivery
 UPDATE deliveries SET state = 'pending', attempts = 0, rounds = 0, next_attempt_at = ?, updated_at = ?,
