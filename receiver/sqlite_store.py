@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from a2a_push.store.sql import migrate_sqlite, queries
+from a2a_push.store.sqlite import create_private_file
 from a2a_push.store.sqlite_writer import SQLiteWriter
 
 from .store import (
@@ -55,7 +56,7 @@ class SQLiteReceiverStore(ReceiverStore):
     async def open(self) -> None:
         if self._conn is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(self.path)  # subscriptions and the tasks' results
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode = WAL")

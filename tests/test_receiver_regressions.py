@@ -488,9 +488,9 @@ async def test_a_confirmed_subscription_is_200_at_once_in_another_process_and_af
             async with receiver_server(first), receiver_server(second) as other:
                 status, created = await _subscribe(session, first, agent)
                 assert status == 201
+                assert await _subscribe(session, second, agent) == (200, created)
                 stored = await other.store.get_subscription(created["id"])
                 assert stored is not None and stored.confirmed_at is not None
-                assert await _subscribe(session, second, agent) == (200, created)
             async with receiver_server(first):  # restarted
                 assert await _subscribe(session, first, agent) == (200, created)
             assert agent.creates == 1

@@ -327,3 +327,14 @@ async def test_after_a_failed_fsync_the_sqlite_store_refuses_writes(tmp_path: Pa
                 await store.record(note("k2"))
         finally:
             writer._wal_fd = real_fd
+
+
+async def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    import stat
+
+    folder = tmp_path / "receiver-data"
+    async with SQLiteReceiverStore(folder / "r.db") as store:
+        await store.add_subscription(sub())
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        for name in ("r.db", "r.db-wal"):
+            assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name
