@@ -49,6 +49,19 @@ async def _agent() -> tuple[TestServer, str]:
     return server, str(server.make_url("/"))
 
 
+async def _replicas(
+    settings: ReceiverSettings, dsn: str, schema: str, servers: list[TestServer]
+) -> list[TestServer]:
+    """Two receivers on one PostgreSQL schema, appended to ``servers`` (for the caller
+    to close) as they start."""
+    for _ in range(2):
+        app = create_app(settings, store=PostgresReceiverStore(dsn, schema=schema))
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+    return servers
+
+
 async def test_two_replicas_share_dedup_and_every_sse_stream_sees_every_update(
     tmp_path: Path,
 ) -> None:
@@ -64,14 +77,9 @@ async def test_two_replicas_share_dedup_and_every_sse_stream_sees_every_update(
             "fetch_coalesce_seconds": 0,
         }
     )
-    servers = []
+    servers: list[TestServer] = []
     try:
-        for _ in range(2):
-            app = create_app(settings, store=PostgresReceiverStore(dsn, schema=schema))
-            server = TestServer(app, host="127.0.0.1")
-            await server.start_server()
-            servers.append(server)
-        a, b = servers
+        a, b = await _replicas(settings, dsn, schema, servers)
         await a.app[RECEIVER].store.add_subscription(
             Subscription(
                 "sub_1",
@@ -185,16 +193,11 @@ async def test_a_confirmed_subscription_is_200_at_once_on_another_replica(
             "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
         }
     )
-    servers = []
     auth = {"Authorization": f"Bearer {API_KEY}"}
     body = {"agentUrl": agent_url, "taskId": "t1"}
+    servers: list[TestServer] = []
     try:
-        for _ in range(2):
-            app = create_app(settings, store=PostgresReceiverStore(dsn, schema=schema))
-            server = TestServer(app, host="127.0.0.1")
-            await server.start_server()
-            servers.append(server)
-        a, b = servers
+        a, b = await _replicas(settings, dsn, schema, servers)
         async with aiohttp.ClientSession() as session:
             async with session.post(a.make_url("/subscriptions"), json=body, headers=auth) as r:
                 assert r.status == 201

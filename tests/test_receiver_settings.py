@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -262,25 +263,7 @@ def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> Non
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "receiver",
-            "--workers",
-            "2",
-            "--port",
-            str(port),
-            "--agent",
-            "http://127.0.0.1:9/",
-            "--data-dir",
-            str(tmp_path),
-            "--log-level",
-            "ERROR",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = _two_workers(port, tmp_path, "ERROR")
     try:
         deadline = time.monotonic() + 30
         answered = 0
@@ -296,6 +279,25 @@ def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> Non
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def _two_workers(
+    port: int,
+    data_dir: Path,
+    log_level: str,
+    *,
+    env: dict[str, str] | None = None,
+    stderr: Any = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """``receiver --workers 2`` on ``port`` for an agent nobody runs."""
+    argv = ["--workers", "2", "--port", str(port), "--agent", "http://127.0.0.1:9/"]
+    argv += ["--data-dir", str(data_dir), "--log-level", log_level]
+    return subprocess.Popen(
+        [sys.executable, "-m", "receiver", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
 
 
 def _webhooks_counted(metrics_dir: Path, scratch: Path) -> list[float]:
@@ -351,25 +353,9 @@ def test_with_workers_every_scrape_shows_the_sum_over_them_all(tmp_path: Path) -
     temp.mkdir()
     stderr = tmp_path / "stderr.txt"
     with stderr.open("w") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "receiver",
-                "--workers",
-                "2",
-                "--port",
-                str(port),
-                "--agent",
-                "http://127.0.0.1:9/",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--log-level",
-                "WARNING",
-            ],
-            env={**os.environ, "TMPDIR": str(temp)},  # where the metrics folder goes
-            stdout=subprocess.DEVNULL,
-            stderr=err,
+        # TMPDIR: where the metrics folder goes.
+        proc = _two_workers(
+            port, tmp_path / "data", "WARNING", env={**os.environ, "TMPDIR": str(temp)}, stderr=err
         )
     streams: list[http.client.HTTPConnection] = []
     try:
