@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from a2a_push.errors import StoreUnavailableError, StoreUnusableError
-from a2a_push.store.postgres import UNAVAILABLE_ERRORS, pooled_connection
+from a2a_push.store.postgres import is_unavailable, pooled_connection
 from a2a_push.store.sql import migrations, queries
 
 from .store import (
@@ -77,7 +77,7 @@ class PostgresReceiverStore(ReceiverStore):
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
-            if isinstance(exc, UNAVAILABLE_ERRORS):
+            if is_unavailable(exc):
                 raise _unreachable(exc, self.dsn) from exc
             if isinstance(exc, asyncpg.PostgresError):
                 # The server answered and refused (no such database or role, a wrong

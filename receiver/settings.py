@@ -56,7 +56,9 @@ LogLevel: TypeAlias = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, frozen=True, hide_input_in_errors=True
+    )
 
 
 class AgentSettings(_Model):

@@ -596,6 +596,22 @@ def test_settings_check_admin_keys_encryption_keys_and_the_allowlist(
     assert "admin_keys" in capsys.readouterr().err
 
 
+def test_settings_built_directly_keep_secrets_out_of_validation_errors() -> None:
+    """Code that builds GatewaySettings itself (not through load_gateway_settings) gets
+    pydantic's ValidationError: its text must not carry the rejected key."""
+    import pydantic
+
+    from a2a_push.gateway.settings import GatewaySettings
+
+    with pytest.raises(pydantic.ValidationError) as caught:
+        GatewaySettings.model_validate(
+            {"agents": [{"id": "a", "api_key": "tiny-key"}], "admin_keys": ["tiny"]}
+        )
+    text = str(caught.value)
+    assert "admin_keys" in text or "api_key" in text
+    assert "tiny-key" not in text and "'tiny'" not in text
+
+
 async def test_the_gateways_sqlite_files_are_private(tmp_path: Path) -> None:
     data = tmp_path / "gateway-data"
     settings = gateway_settings("", data_dir=data)

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -687,3 +688,26 @@ def test_without_asyncpg_the_package_imports_and_the_error_names_the_extra() -> 
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert "'postgres' extra" in out and "a2a-push[postgres]" in out
+
+
+async def test_only_sqlstate_55000_of_its_class_counts_as_an_outage() -> None:
+    """A row lock that is not available (55P03, class 55 like 'database closed to
+    connections') is an answer about one statement: it reaches the caller as itself,
+    not as a StoreUnavailableError that would make a gateway answer 503 and retry."""
+    import asyncpg
+
+    from a2a_push.store.postgres import pooled_connection
+
+    dsn = require_postgres()
+    table = f"lock55_{uuid.uuid4().hex[:12]}"
+    pool = await asyncpg.create_pool(dsn, min_size=2, max_size=2)
+    try:
+        await pool.execute(f"CREATE TABLE {table} (id int); INSERT INTO {table} VALUES (1)")
+        async with pool.acquire() as holder, holder.transaction():
+            await holder.execute(f"SELECT id FROM {table} FOR UPDATE")
+            with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
+                async with pooled_connection(pool, StoreUnavailableError) as conn:
+                    await conn.execute(f"SELECT id FROM {table} FOR UPDATE NOWAIT")
+    finally:
+        await pool.execute(f"DROP TABLE IF EXISTS {table}")
+        await pool.close()

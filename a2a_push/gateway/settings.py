@@ -42,7 +42,7 @@ class GatewaySettingsError(SettingsError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class AgentKey(_Model):

@@ -290,8 +290,8 @@ class PostgresGatewayState(GatewayState):
                 "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
             ) from exc
         from a2a_push.store.postgres import (  # outages, as the outbox sees them
-            UNAVAILABLE_ERRORS,
             describe_dsn,
+            is_unavailable,
         )
 
         settings = {"search_path": self.schema} if self.schema else None
@@ -314,7 +314,7 @@ class PostgresGatewayState(GatewayState):
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
-            if isinstance(exc, UNAVAILABLE_ERRORS):
+            if is_unavailable(exc):
                 raise StoreUnavailableError(
                     f"PostgreSQL at {describe_dsn(self.dsn)} is not reachable: {exc}"
                 ) from exc

@@ -99,9 +99,11 @@ class Outcome:
     next_attempt_at: float | None = None  # required for "retry" and "defer"
     # The worker that leased the delivery. Given, the outcome leaves the delivery and its
     # lane alone when another worker holds the lane's lease now (it took the work over
-    # after this worker's lease ran out): that worker's attempt is in flight and its own
-    # outcome will count, so the lane never has two deliveries in flight. The config
-    # side effects below apply either way (they are facts about the endpoint).
+    # after this worker's lease ran out): that worker's outcome is the one that counts,
+    # so a late outcome never acks, reschedules or frees work it no longer holds. It
+    # cannot recall a request already sent: the late request may still reach the
+    # endpoint after the taker's (a duplicate, same webhook-id). The config side effects
+    # below apply either way (they are facts about the endpoint).
     worker_id: str | None = None
     # Config side effects, applied in the same transaction.
     disable_config: str | None = None  # reason, when the config must be disabled

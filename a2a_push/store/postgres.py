@@ -68,7 +68,13 @@ from .rows import LEASED_UNTIL, RowMapping
 from .secrets import SecretBox
 from .sql import migrations, queries
 
-__all__ = ["NOTIFY_CHANNEL", "UNAVAILABLE_ERRORS", "PostgresPoolOptions", "PostgresStore"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "UNAVAILABLE_ERRORS",
+    "PostgresPoolOptions",
+    "PostgresStore",
+    "is_unavailable",
+]
 
 NOTIFY_CHANNEL = "a2a_push_work"
 """The channel publishes, replays and releases notify; the payload is the schema name."""
@@ -97,10 +103,20 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.TooManyConnectionsError,
-    # SQLSTATE 55000: e.g. a database that does not allow connections for now (ALTER
-    # DATABASE … ALLOW_CONNECTIONS false, during maintenance); 55P03, a lock timeout.
-    asyncpg.exceptions.ObjectNotInPrerequisiteStateError,
 )
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means "the database cannot be reached (for now)": one of
+    ``UNAVAILABLE_ERRORS``, or SQLSTATE 55000 itself — e.g. a database that does not
+    allow connections for now (``ALTER DATABASE … ALLOW_CONNECTIONS false``, during
+    maintenance). Not the rest of class 55 (an object in use, a lock not available):
+    those are answers about one statement, not an outage."""
+    return isinstance(exc, UNAVAILABLE_ERRORS) or (
+        type(exc) is asyncpg.exceptions.ObjectNotInPrerequisiteStateError
+    )
+
+
 # What asyncpg raises when a connection is killed under an operation (its protocol
 # state machine or the pool's reset on release trips over the closed socket).
 _CLIENT_STATE_ERRORS: tuple[type[BaseException], ...] = (
@@ -125,8 +141,10 @@ async def pooled_connection(
     """
     try:
         conn = await pool.acquire()
-    except UNAVAILABLE_ERRORS + _CLIENT_STATE_ERRORS as exc:
-        raise unavailable(exc) from exc
+    except Exception as exc:
+        if is_unavailable(exc) or isinstance(exc, _CLIENT_STATE_ERRORS):
+            raise unavailable(exc) from exc
+        raise
     try:
         if transaction:
             async with conn.transaction():
@@ -137,7 +155,7 @@ async def pooled_connection(
         # Whatever failed on a connection that is now closed failed because the
         # connection was lost (asyncpg reports that in several ways). A client-state
         # error on a live connection is a bug (misuse), raised as itself.
-        if isinstance(exc, UNAVAILABLE_ERRORS) or _lost(conn):
+        if is_unavailable(exc) or _lost(conn):
             raise unavailable(exc) from exc
         raise
     finally:
@@ -231,13 +249,16 @@ class PostgresStore(RowMapping, Store):
                     command_timeout=opts.command_timeout,
                     server_settings=settings,
                 )
-            except UNAVAILABLE_ERRORS as exc:
-                raise self._unavailable(exc) from exc
-            except asyncpg.PostgresError as exc:
-                # Not an outage: no such database, role or password. Retrying won't help.
-                raise StoreUnusableError(
-                    f"cannot use PostgreSQL at {self._where}: {exc}; check the DSN"
-                ) from exc
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise self._unavailable(exc) from exc
+                if isinstance(exc, asyncpg.PostgresError):
+                    # Not an outage: no such database, role or password. Retrying
+                    # won't help.
+                    raise StoreUnusableError(
+                        f"cannot use PostgreSQL at {self._where}: {exc}; check the DSN"
+                    ) from exc
+                raise
             try:
                 if self.migrate:
                     await self._migrate(pool)
@@ -261,8 +282,10 @@ class PostgresStore(RowMapping, Store):
                         "search_path) your gateway uses"
                     )
                 applied = {r["version"] for r in await conn.fetch(_Q["applied_migrations"])}
-        except UNAVAILABLE_ERRORS as exc:
-            raise self._unavailable(exc) from exc
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise self._unavailable(exc) from exc
+            raise
         missing = [v for v, _ in migrations("postgres") if v not in applied]
         if missing:
             raise StoreUnusableError(
@@ -292,8 +315,10 @@ class PostgresStore(RowMapping, Store):
                 finally:
                     if not conn.is_closed():
                         await conn.execute(_Q["unlock_migrations"], *lock)
-        except UNAVAILABLE_ERRORS as exc:
-            raise self._unavailable(exc) from exc
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise self._unavailable(exc) from exc
+            raise
 
     @property
     def location(self) -> str:
