@@ -143,6 +143,19 @@ def _is_urgent(payload: Mapping[str, Any]) -> bool:
     return isinstance(status, dict) and status.get("state") in _URGENT_STATES
 
 
+_MAX_LOGGED_ISSUER: Final = 200
+
+
+def _shown_issuer(issuer: object) -> str:
+    """An unverified JWT ``iss`` as logged: repr'd (quoted, with line breaks and other
+    control characters escaped: one log line whatever it holds) and cut."""
+    if not isinstance(issuer, str):
+        return "(none)" if issuer is None else f"(not a string: {type(issuer).__name__})"
+    if len(issuer) > _MAX_LOGGED_ISSUER:
+        return f"{issuer[:_MAX_LOGGED_ISSUER]!r}... ({len(issuer)} characters)"
+    return repr(issuer)
+
+
 def _body_task(body: bytes) -> tuple[str, str, bool]:
     """(kind, task id, urgent) of a webhook body: a StreamResponse or a bare v0.3 Task."""
     try:
@@ -528,12 +541,21 @@ class Receiver:
             if candidates:
                 return candidates, None
         if jwt_value is not None:
-            shown = f" {str(issuer)[:200]!r}" if isinstance(issuer, str) else ""
+            # The iss is unverified (no agent's keys were tried): the caller's to choose,
+            # so it is not echoed back. The operator finds it in the log, repr'd (one
+            # line, control characters escaped) and cut.
+            log.warning(
+                "webhook refused: its JWT names issuer %s, which no agent here accepts; if "
+                "one of this receiver's agents signs as that, set its `issuer` in its "
+                "[[agents]] entry",
+                _shown_issuer(issuer),
+            )
             raise WebhookRejected(
                 401,
                 "unknown_issuer",
-                f"the JWT issuer{shown} is not a trusted agent's: if one of this receiver's "
-                "agents signs as that, set its `issuer` in its [[agents]] entry" + ISSUER_HINT,
+                "the JWT issuer is not one this receiver trusts: if one of this receiver's "
+                "agents signs as that, set its `issuer` in its [[agents]] entry (the "
+                "receiver's log names the issuer that came)" + ISSUER_HINT,
             )
         raise WebhookRejected(401, "no_credentials", "the request is not authenticated")
 
@@ -737,8 +759,10 @@ class Receiver:
                 )
             # Asked again: fetch the task again too. A state that webhooks could not bring
             # (they were refused while the agent's entry was wrong, and the sender gave
-            # up) is recovered by subscribing again, without deleting first.
-            await self._refresh(agent.key, task_id)
+            # up) is recovered by subscribing again, without deleting first. Not urgent:
+            # a client repeating this as fast as it can gets at most one GetTask per
+            # task per minimum interval, and none while the task's fetches back off.
+            await self._refresh(agent.key, task_id, urgent=False)
             return sub, False
         try:
             await self._clients[agent.key].create_push_config(
@@ -762,17 +786,23 @@ class Receiver:
             # The subscription works all the same; only a repeat in another process
             # gets 409 for a while (until the row is past the creation window).
             log.warning("could not mark subscription %s confirmed", sub.id, exc_info=True)
-        await self._refresh(agent.key, task_id)
+        # A new subscription (the agent has just accepted a config) is fetched at once.
+        await self._refresh(agent.key, task_id, urgent=True)
         return sub, True
 
-    async def _refresh(self, agent_key: str, task_id: str) -> None:
-        """Fetch the task's current state now (coalesced with any fetch under way)."""
+    async def _refresh(self, agent_key: str, task_id: str, *, urgent: bool) -> None:
+        """Fetch the task's current state (coalesced with any fetch under way): at once
+        when ``urgent``, else when the fetcher's minimum interval and backoff allow."""
         assert self.fetcher is not None
         # Numbered like the snapshot already stored (if another subscription fetched
         # this task before), so it may replace it: a lower number would mark it as older
         # than what is stored, and it would be dropped.
         known = await self.store.get_snapshot(agent_key, task_id)
-        self.fetcher.want(agent_key, task_id, known.generation if known else 0, urgent=True)
+        up_to = known.generation if known else 0
+        if urgent:
+            self.fetcher.want(agent_key, task_id, up_to, urgent=True)
+        else:
+            self.fetcher.refresh(agent_key, task_id, up_to)
 
     async def own_subscription(self, client_id: str, subscription_id: str) -> Subscription:
         sub = await self.store.get_subscription(subscription_id)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,13 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         app = create_app(settings, receiver=receiver)
     else:
         app = create_app(settings)
+    # Bound before the app starts (it opens the store and writes the generated API keys
+    # file): a port that is taken stops the command with nothing written.
+    try:
+        sockets = _bind(settings, reuse_port=args.worker)
+    except _CannotListen as exc:
+        print(f"receiver: error: {exc}", file=sys.stderr)
+        return 1
     banner = (
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
         f"(agents: {', '.join(a.key for a in settings.agents)})"
@@ -135,24 +144,87 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
 
     def started(_aiohttp_banner: str) -> None:
         # run_app calls its ``print`` once, after the app's startup (the store is open)
-        # and after every site is listening: a port in use or a store that cannot be
-        # opened fails before this, so the banner never announces a receiver that is
-        # not serving.
+        # and after every site is listening: a port in use (before the startup, see
+        # _bind) or a store that cannot be opened fails before this, so the banner never
+        # announces a receiver that is not serving.
         logs.serving(banner)
 
     try:
         web.run_app(
             app,
-            host=settings.host,
-            port=settings.port,
+            sock=sockets,
             print=started,
             access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
-            reuse_port=True if args.worker else None,
         )
-    except OSError as exc:  # the port is taken, the data folder cannot be written...
+    except OSError as exc:  # the data folder cannot be written...
         print(f"receiver: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        for sock in sockets:
+            sock.close()
     return 0
+
+
+class _CannotListen(Exception):
+    """The receiver's address cannot be bound; the message says which and what to do."""
+
+
+def _bind(settings: ReceiverSettings, *, reuse_port: bool) -> list[socket.socket]:
+    """Sockets bound to ``settings.host``:``settings.port`` (every address the host
+    resolves to; an empty host: every interface), bound as aiohttp would bind them
+    (SO_REUSEADDR, IPv6-only IPv6 sockets, SO_REUSEPORT for workers sharing the port),
+    not listening yet. Raises _CannotListen, in one line, when the port is taken (or
+    the host is not this machine's, or the port needs privileges)."""
+    host, port = settings.host, settings.port
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise _CannotListen(
+            f"cannot listen on {shown}: the host does not resolve ({exc.strerror}); check --host"
+        ) from exc
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                continue  # an address family this machine lacks (e.g. no IPv6)
+            bound.append(sock)
+            if os.name == "posix":  # as asyncio: elsewhere it means another thing
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise _CannotListen(f"cannot listen on {shown}: {_why(exc)}") from exc
+        if not bound:
+            raise _CannotListen(f"cannot listen on {shown}: no usable address; check --host")
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def _why(exc: OSError) -> str:
+    """Why a bind failed, and what to do about it."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            "address already in use (another process is listening on that port); pick "
+            "another --port (or `port` in the config file, A2A_RECEIVER_PORT), or stop "
+            "the process using it"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "the address is not one of this machine's; check --host"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick another --port"
+    return (exc.strerror or str(exc)).lower()
 
 
 def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
@@ -176,6 +248,15 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         receiver._load_api_keys()
         await receiver.store.close()
 
+    # The port is checked first (bound as the workers bind it, then let go), so that a
+    # port that is taken stops the command before anything is written; a worker that
+    # still cannot bind (taken in between) fails the same way, and stops the others.
+    try:
+        for sock in _bind(settings, reuse_port=True):
+            sock.close()
+    except _CannotListen as exc:
+        print(f"receiver: error: {exc}", file=sys.stderr)
+        return 1
     asyncio.run(prepare())
     # The workers' metric files: private (mode 0700), and gone when the receiver stops.
     metrics_dir = tempfile.mkdtemp(prefix="a2a-receiver-metrics-")

@@ -141,7 +141,8 @@ class TaskFetcher:
 
     def want(self, agent_url: str, task_id: str, up_to: int, *, urgent: bool = False) -> None:
         """Ask for a snapshot covering notifications up to ``up_to``; ``urgent`` skips the
-        per-task minimum interval (a terminal or input-required state, a new subscription)."""
+        per-task minimum interval (a terminal or input-required state, a new subscription).
+        Never urgent for what a caller can repeat at will: see ``refresh``."""
         if self._closed:
             return
         key = (agent_url, task_id)
@@ -152,6 +153,21 @@ class TaskFetcher:
         if key not in self._running:
             self._running[key] = asyncio.create_task(self._run(key), name=f"fetch {task_id}")
             self._count_running()
+
+    def refresh(self, agent_url: str, task_id: str, up_to: int) -> None:
+        """Fetch the task again because someone asked (a repeated subscribe), never
+        sooner than its fetches are allowed: after its minimum interval since the last
+        one (coalesced with any fetch under way or waiting), and not at all while its
+        fetches are failing and it waits to be tried again (the retry scheduled then
+        fetches it). So however often it is asked, a task is fetched at most once per
+        minimum interval, and an agent that keeps failing is called no more often than
+        the task's backoff allows."""
+        key = (agent_url, task_id)
+        if self._closed or key in self._failures:
+            # In _failures: the last round failed and a retry is scheduled (or running);
+            # a success removes it.
+            return
+        self.want(agent_url, task_id, up_to)
 
     async def idle(self, timeout: float = 10.0) -> None:
         """Wait until no fetch is running or wanted (for tests and demos)."""

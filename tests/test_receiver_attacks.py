@@ -181,14 +181,46 @@ async def test_unknown_kid_does_not_hammer_an_agent_whose_jwks_is_down(rig: Webh
     assert rig.stored() == (0, 0)
 
 
-async def test_jwt_from_an_untrusted_issuer_is_refused(rig: WebhookRig) -> None:
+async def test_jwt_from_an_untrusted_issuer_is_refused(
+    rig: WebhookRig, caplog: pytest.LogCaptureFixture
+) -> None:
     sub, _ = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
     token = rig.jwt("a", body, sub, issuer="http://evil.test")
-    answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
-    # Unverified (no agent's keys were tried): named, and what to set if it is ours.
-    assert "'http://evil.test' is not a trusted agent's" in answer["message"]
+    with caplog.at_level("WARNING", logger="receiver.app"):
+        answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    # Unverified (no agent's keys were tried): not echoed to the caller, who is told
+    # what to set if it is one of ours; the operator finds the issuer in the log.
+    assert "evil.test" not in answer["message"]
+    assert "not one this receiver trusts" in answer["message"]
     assert "set its `issuer` in its [[agents]] entry" in answer["message"]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert any("'http://evil.test'" in r.getMessage() for r in warnings), caplog.text
+
+
+async def test_an_untrusted_issuer_is_logged_on_one_line_and_never_echoed(
+    rig: WebhookRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The unverified iss is the caller's to choose: it may carry markup or line breaks
+    (a forged log line). The 401 body leaves it out; the log shows it repr'd, cut."""
+    sub, _ = await rig.subscribe("a", "task-1")
+    body = status_update("task-1")
+    issuer = "http://x.test/<script>\n2025-01-01 00:00:00 INFO forged: ok\r" + "A" * 500
+    token = rig.jwt("a", body, sub, issuer=issuer)
+    with caplog.at_level("WARNING", logger="receiver.app"):
+        answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    assert "x.test" not in answer["message"] and "forged" not in answer["message"]
+    assert "<script>" not in answer["message"]
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and r.name == "receiver.app" and "x.test" in r.getMessage()
+    ]
+    assert len(logged) == 1, caplog.text
+    line = logged[0]
+    assert "\n" not in line and "\r" not in line  # escaped by repr: one line
+    assert "\\n2025-01-01" in line
+    assert "A" * 500 not in line  # cut
 
 
 async def test_jwt_naming_another_trusted_agent_as_issuer_is_refused(rig: WebhookRig) -> None:

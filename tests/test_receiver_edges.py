@@ -243,6 +243,46 @@ async def test_failing_fetches_back_off_and_stop_once_nobody_is_subscribed(
         assert s.agent.gets == settled  # nobody is subscribed: no more GetTask
 
 
+async def test_subscribing_again_does_not_cut_short_the_wait_after_failed_fetches(
+    tmp_path: Path,
+) -> None:
+    """Repeat POST /subscriptions calls do not fetch a task whose fetches are failing
+    and waiting to be tried again: the retry scheduled then fetches it, and no more."""
+    async with setup(tmp_path) as s:
+        await s.subscribe("T7")
+        fetcher = s.receiver.fetcher
+        assert fetcher is not None
+        await fetcher.idle()
+        fetcher._retry_later = 2.0  # not 30 s, for the test
+        s.agent.get_error = 401  # refused: tried again in 2 s
+        before = s.agent.gets
+        assert await s.token_webhook("T7", 1) == 200
+
+        async def failed_once() -> bool:
+            return s.agent.gets > before
+
+        await _until(failed_once)
+        await fetcher.idle()  # the failed round is over; its retry is scheduled
+        failed = s.agent.gets
+        for _ in range(10):
+            async with s.session.post(
+                s.base + "/subscriptions",
+                json={"agentUrl": s.agent_url, "taskId": "T7"},
+                headers=s.api(),
+            ) as resp:
+                assert resp.status == 200, await resp.text()
+        await asyncio.sleep(0.2)
+        assert s.agent.gets == failed
+        s.agent.get_error = None
+        s.agent.state = "TASK_STATE_COMPLETED"
+
+        async def completed() -> bool:
+            return await s.task_state("T7") == "TASK_STATE_COMPLETED"
+
+        await _until(completed)  # by the scheduled retry
+        assert s.agent.gets == failed + 1
+
+
 async def test_deleting_again_asks_the_agent_again(tmp_path: Path) -> None:
     async with setup(tmp_path) as s:
         sub = await s.subscribe("T3")

@@ -515,6 +515,48 @@ async def test_subscribing_again_fetches_the_task_again(tmp_path: Path) -> None:
             await receiver.fetcher.idle()
 
 
+async def test_subscribing_again_and_again_fetches_at_most_once_per_min_interval(
+    tmp_path: Path,
+) -> None:
+    """A client repeating POST /subscriptions as fast as it can does not make the
+    receiver call GetTask as fast: repeats wait out the task's minimum interval (and
+    coalesce meanwhile), yet the task is still fetched again."""
+    agent = Agent()
+    interval = 0.5
+    async with agent_server(agent):
+        settings = settings_for(
+            tmp_path,
+            {"url": agent.url, "jwks_url": agent.base + "/keys"},
+            fetch_min_interval_seconds=interval,
+        )
+        async with receiver_server(settings) as receiver, aiohttp.ClientSession() as session:
+            assert (await _subscribe(session, settings, agent))[0] == 201
+            await _task_state(session, settings, "TASK_STATE_WORKING")
+            assert receiver.fetcher is not None
+            await receiver.fetcher.idle()
+            fetched = agent.get_tasks
+            # Not final: a final task is never fetched again, whatever is asked.
+            agent.state = "TASK_STATE_INPUT_REQUIRED"  # no webhook tells the receiver
+            started = time.monotonic()
+            repeats = 0
+            while time.monotonic() - started < 3 * interval:
+                answers = await asyncio.gather(
+                    *(_subscribe(session, settings, agent) for _ in range(5))
+                )
+                assert {status for status, _ in answers} == {200}
+                repeats += len(answers)
+            elapsed = time.monotonic() - started
+            await _task_state(session, settings, "TASK_STATE_INPUT_REQUIRED")
+            await receiver.fetcher.idle()
+            extra = agent.get_tasks - fetched
+            # One fetch per interval at most, whatever the number of repeats: those that
+            # started during the repeats, and one asked for by the last repeats that was
+            # still waiting out its interval when they ended.
+            assert repeats >= 10
+            assert 1 <= extra <= elapsed / interval + 2, (extra, repeats, elapsed)
+            assert agent.creates == 1
+
+
 async def _task_state(
     session: aiohttp.ClientSession, settings: ReceiverSettings, state: str
 ) -> None:

@@ -626,6 +626,36 @@ def test_no_banner_when_the_port_is_taken(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_busy_port_is_one_clear_line_and_writes_no_keys_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: str
+) -> None:
+    """The port is taken: the command says so before it writes anything (the generated
+    API keys file, the database), in one line naming the port and what to do."""
+    import socket
+
+    from receiver.cli import main
+
+    data_dir = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = _receiver_on(port, data_dir)[3:]  # the flags, without python -m receiver
+        code = main([*argv, "--host", "127.0.0.1", "--workers", workers])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"receiver: error: cannot listen on 127.0.0.1:{port}: ")
+    assert "address already in use" in lines[0]
+    assert "--port" in lines[0] and "stop the process" in lines[0]
+    assert "receiver: webhooks at" not in out
+    assert not (data_dir / "api-keys.json").exists()
+    assert not data_dir.exists()  # nor the database, nor the folder
+
+
 def test_the_banner_comes_once_the_receiver_answers(tmp_path: Path) -> None:
     import signal
     import socket
