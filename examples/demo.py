@@ -77,7 +77,7 @@ from a2a_push.signing import (
     verify_webhook_jwt,
 )
 from examples.demo_loop import run_loop
-from examples.mock_agent import create_app
+from examples.mock_agent import WEBHOOK_OUTCOME, create_app
 
 Out = Callable[[str], object]
 
@@ -111,7 +111,9 @@ NEXT_STEPS = (
     "      “Serving the A2A push-config methods” (what the agent served here),",
     "      “Verifying webhooks” (JWT/JWKS and Standard Webhooks on your receiver) and",
     "      “Delivery guarantees” (retries, ordering, dead letters);",
-    "      `python -m receiver --help` (the receiver of part 2).",
+    "      `a2a-push mock-agent --help` (the agent of both parts, to run on its own) and",
+    "      `a2a-push receiver --help` (the receiver of part 2): the command is in .venv,",
+    "      so `source .venv/bin/activate` first, or run it as `.venv/bin/a2a-push …`.",
 )
 
 
@@ -483,7 +485,12 @@ class Client:
 
 
 class _ForwardLogs(logging.Handler):
-    """The library's own warnings and errors, into the timeline (and counted as problems)."""
+    """The library's own warnings and errors, into the timeline (and counted as problems).
+
+    The mock agent's warnings that a webhook will be retried are left out: part 2 makes
+    them on purpose (the receiver is down), and its progress lines count them. A dead
+    letter is still a problem.
+    """
 
     def __init__(self, out: Out, style: _Style, problems: list[str]) -> None:
         super().__init__(logging.WARNING)
@@ -492,6 +499,8 @@ class _ForwardLogs(logging.Handler):
         self.problems = problems
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, WEBHOOK_OUTCOME, None) == "retry":
+            return
         message = f"{record.name}: {record.getMessage()}"
         self.problems.append(message)
         self.out(self.style.bad(f"  ! {message}"))

@@ -39,7 +39,7 @@ import receiver
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, HEADER_AUTHORIZATION, VERSION_1_0
 from a2a_push.protocol.types import TaskState
-from a2a_push.store.base import DeliveryFilter, DeliveryState
+from a2a_push.store.base import Delivery, DeliveryFilter, DeliveryState
 from examples.mock_agent import AGENT, create_app
 from receiver.settings import ENV_PREFIX
 
@@ -457,13 +457,11 @@ class Loop:
             states[run.task_id] = task["status"]["state"]
         return states
 
-    async def outbox(self) -> tuple[int, int]:
-        """The agent's outbox now: (webhooks pending, their failed attempts so far)."""
+    async def outbox(self) -> OutboxNow:
+        """The agent's outbox now (see ``OutboxNow``)."""
         assert self.notifier is not None
-        pending = await self.notifier.store.list_deliveries(
-            DeliveryFilter(state=DeliveryState.PENDING, limit=10_000)
-        )
-        return len(pending), sum(d.attempts for d in pending)
+        deliveries = await self.notifier.store.list_deliveries(DeliveryFilter(limit=10_000))
+        return OutboxNow.of(deliveries)
 
     async def until(
         self,
@@ -661,30 +659,26 @@ class Loop:
 
         async def ready() -> bool:
             states = await self.agent_states()
-            pending, failed = await self.outbox()
+            now = await self.outbox()
             return (
                 time.perf_counter() - down >= OUTAGE_SECONDS
                 and all(_is_terminal(s) for s in states.values())
-                and pending > 0
-                and failed > 0
+                and now.pending > 0
+                and now.failed > 0
             )
 
         async def status() -> str:
             states = await self.agent_states()
             done = sum(_is_terminal(s) for s in states.values())
-            pending, failed = await self.outbox()
             return (
                 f"receiver down {time.perf_counter() - down:.1f} s · agent: {done}/"
-                f"{len(states)} tasks finished · outbox: {pending} webhooks pending,"
-                f" {failed} failed attempts so far"
+                f"{len(states)} tasks finished · outbox: {await self.outbox()}"
             )
 
         await self.until(ready, "the agent to finish every task", progress=status)
-        pending, failed = await self.outbox()
         self.say(
             "agent",
-            f"every task finished while the receiver was down; {pending} webhooks wait in"
-            f" the outbox ({failed} failed attempts so far)",
+            f"every task finished while the receiver was down · outbox: {await self.outbox()}",
         )
         took = await self.receiver.start(self._session())
         self.outage = time.perf_counter() - down
@@ -706,14 +700,12 @@ class Loop:
             return [t.label for t in self.tasks if not _is_terminal(seen.last_state(t.task_id))]
 
         async def done() -> bool:
-            pending, _ = await self.outbox()
-            return not not_final() and pending == 0
+            return not not_final() and (await self.outbox()).pending == 0
 
         async def waiting() -> str:
-            pending, failed = await self.outbox()
             return (
-                f"retries under way: {pending} webhooks pending ({failed} failed attempts);"
-                f" not final on the stream yet: {', '.join(not_final()) or 'none'}"
+                f"retries under way · outbox: {await self.outbox()} · not final on the"
+                f" stream yet: {', '.join(not_final()) or 'none'}"
             )
 
         await self.until(done, "every final state on the SSE stream", progress=waiting)
@@ -734,6 +726,34 @@ class Loop:
 
 
 # ---- the verdict ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutboxNow:
+    """The agent's outbox at one moment, as part 2's progress lines show it. ``pending``
+    is a count *now* (it falls as retries succeed); the other two only grow."""
+
+    pending: int  # webhooks waiting now: not sent yet, or failed and due to be retried
+    delivered: int  # webhooks delivered so far
+    failed: int  # failed attempts so far, over every webhook (the final summary's total)
+
+    @classmethod
+    def of(cls, deliveries: list[Delivery]) -> OutboxNow:
+        def failures(d: Delivery) -> int:
+            # Every attempt of a pending or dead webhook failed; a delivered one's last won.
+            return max(0, d.attempts - 1) if d.state is DeliveryState.DELIVERED else d.attempts
+
+        return cls(
+            pending=sum(d.state is DeliveryState.PENDING for d in deliveries),
+            delivered=sum(d.state is DeliveryState.DELIVERED for d in deliveries),
+            failed=sum(failures(d) for d in deliveries),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.pending} webhooks pending now, {self.delivered} delivered so far,"
+            f" {self.failed} failed attempts so far"
+        )
 
 
 @dataclass(frozen=True)
@@ -855,7 +875,7 @@ def summarise(loop: Loop, seen: Seen, failed: list[str]) -> int:
     )
     out(
         f"     The receiver was down {loop.outage:.1f} s: {retries.webhooks} webhooks were"
-        f" retried ({retries.attempts} failed attempts), none lost, none dead-lettered;"
+        f" retried ({retries.attempts} failed attempts in all), none lost, none dead-lettered;"
     )
     out(f"     the SSE client resumed with Last-Event-ID {resumed}.")
     return 0

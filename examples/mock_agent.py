@@ -1,7 +1,7 @@
 """A small but complete A2A v1.0 agent on aiohttp, with push notifications by a2a-push.
 
     a2a-push mock-agent --port 9000 --allow-webhook-host 127.0.0.1
-    python -m examples.mock_agent --port 9000 --allow-webhook-host 127.0.0.1
+    python -m examples.mock_agent --port 9000 --allow-webhook-host 127.0.0.1 --log-level INFO
 
 Serves JSON-RPC at ``/`` (``SendMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``
 and the four push-config methods; the v0.3 names ``message/send``, ``tasks/get``,
@@ -31,13 +31,16 @@ import argparse
 import asyncio
 import base64
 import binascii
+import errno
 import itertools
 import logging
 import os
 import random
 import re
+import socket
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +51,9 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
+from yarl import URL
 
+from a2a_push import logs
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -75,14 +80,24 @@ from a2a_push.server import PushConfigService, agent_card_push_fields, mount, ne
 from a2a_push.server.app import JSON_MEDIA_TYPES
 from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import CREATE, V03_SET, task_id_of
+from a2a_push.signing import KeySet
+from a2a_push.store import Delivery, Outcome, SQLiteStore
 
 log = logging.getLogger("a2a_push.mock_agent")
+# What happens to webhooks that fail (see LoggedOutbox). Each record carries the outcome
+# ("retry", "dead", "delivered", "disabled") as the attribute named WEBHOOK_OUTCOME.
+webhook_log = logging.getLogger("a2a_push.mock_agent.webhooks")
+WEBHOOK_OUTCOME: Final = "webhook_outcome"
 
 AGENT_NAME: Final = "a2a-push mock agent"
 AGENT_VERSION: Final = "1.0.0"
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 9000
 DEFAULT_STEP_DELAY: Final = 0.5
+# WARNING shows every webhook retry and dead letter (see LoggedOutbox) without a line
+# per HTTP request; INFO adds the access log and webhooks delivered after retries.
+DEFAULT_LOG_LEVEL: Final = "WARNING"
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_BODY_BYTES: Final = 1024 * 1024
 
 # How deeply a message may nest objects and arrays (its metadata, data parts, ...). The
@@ -229,6 +244,103 @@ class TaskStore:
         """The owner's tasks, most recently updated first."""
         mine = [r for r in self._records.values() if r.owner == owner]
         return sorted(mine, key=lambda r: r.seq, reverse=True)
+
+
+# ---- the outbox, with its failures logged ---------------------------------------------
+
+
+class LoggedOutbox(SQLiteStore):
+    """The agent's SQLite outbox, logging what happens to webhooks that fail: each retry
+    and each dead letter at WARNING, a webhook delivered after retries at INFO.
+
+    The dispatcher records every outcome here (``complete``); logging them on the way
+    lets someone watching the agent's console see a failing webhook without querying the
+    outbox (``a2a-push deliveries list --database DATA_DIR/push.db``).
+    """
+
+    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
+        await super().complete(outcomes, now=now)
+        for outcome in outcomes:
+            await self._log(outcome)
+
+    async def complete_and_claim_next(
+        self,
+        outcome: Outcome,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+    ) -> Delivery | None:
+        nxt = await super().complete_and_claim_next(
+            outcome, lease_seconds=lease_seconds, worker_id=worker_id, now=now
+        )
+        await self._log(outcome)
+        return nxt
+
+    async def _log(self, outcome: Outcome) -> None:
+        try:
+            await self._describe(outcome)
+        except Exception:  # logging must never fail a delivery's bookkeeping
+            webhook_log.debug("could not log the outcome of delivery %s", outcome.delivery_id)
+
+    async def _describe(self, outcome: Outcome) -> None:
+        kind = outcome.kind
+        if kind in ("retry", "dead") or outcome.disable_config:
+            level = logging.WARNING
+        elif kind == "delivered" and outcome.attempts > 1:
+            level = logging.INFO
+        else:
+            return
+        if not webhook_log.isEnabledFor(level):
+            return  # no lookup for a line nobody sees
+        config = await self.get_config_by_key(outcome.config_key)
+        where = f"webhook to {_shown_url(config.url) if config else 'a deleted config'}"
+        tries = f"{outcome.attempts} attempt{'' if outcome.attempts == 1 else 's'}"
+        ids = f"delivery {outcome.delivery_id}, task {outcome.task_id}"
+        why = outcome.error or f"HTTP {outcome.status}"
+        extra = {WEBHOOK_OUTCOME: kind}
+        if kind == "retry":
+            wait = max(0.0, (outcome.next_attempt_at or 0.0) - time.time())
+            webhook_log.warning(
+                "%s failed after %s (%s); retrying in %.1f s (%s)",
+                where,
+                tries,
+                why,
+                wait,
+                ids,
+                extra=extra,
+            )
+        elif kind == "dead":
+            webhook_log.warning(
+                "%s dead-lettered after %s (%s; %s); see `a2a-push deliveries list --state "
+                "dead --database %s`, and `deliveries replay` to send it again",
+                where,
+                tries,
+                why,
+                ids,
+                self.path,
+                extra=extra,
+            )
+        elif kind == "delivered":
+            webhook_log.info("%s delivered after %s (%s)", where, tries, ids, extra=extra)
+        if outcome.disable_config:
+            webhook_log.warning(
+                "push config %s of task %s disabled: %s",
+                config.id if config else outcome.config_key,
+                outcome.task_id,
+                outcome.disable_config,
+                extra={WEBHOOK_OUTCOME: "disabled"},
+            )
+
+
+def _shown_url(url: str) -> str:
+    """A webhook URL for the log: without user-info, query or fragment (they may hold
+    secrets)."""
+    try:
+        parsed = URL(url)
+        return str(parsed.with_user(None).with_query(None).with_fragment(None))
+    except (ValueError, TypeError):
+        return "(an unparsable URL)"
 
 
 # ---- the agent -----------------------------------------------------------------------
@@ -1058,14 +1170,25 @@ def create_app(
     else:
         directory = Path(data_dir)
         directory.mkdir(parents=True, exist_ok=True)
-    notifier = PushNotifier.open(
-        "memory://" if gateway else directory / "push.db",
-        issuer=public_url.rstrip("/"),
-        data_dir=directory,
-        address_policy=policy,
-        run_dispatcher=gateway is None,
-        **tuning,
-    )
+    if gateway is not None:
+        notifier = PushNotifier.open(
+            "memory://",
+            issuer=public_url.rstrip("/"),
+            data_dir=directory,
+            address_policy=policy,
+            run_dispatcher=False,
+            **tuning,
+        )
+    else:
+        # PushNotifier.open(directory / "push.db", data_dir=directory), with the outbox
+        # logging its retries and dead letters.
+        notifier = PushNotifier(
+            LoggedOutbox(directory / "push.db"),
+            issuer=public_url.rstrip("/"),
+            keyset=KeySet.load_or_create(directory / "keys"),
+            address_policy=policy,
+            **tuning,
+        )
     agent = MockAgent(notifier, public_url=public_url, step_delay=step_delay, gateway=gateway)
     # In gateway mode the gateway signs the webhooks: the card points at its keys.
     card = agent_card(public_url, f"{gateway.url}{JWKS_PATH}" if gateway else None)
@@ -1137,8 +1260,20 @@ def serve(
     retry_schedule: Sequence[float] | None = None,
     gateway_url: str | None = None,
     gateway_key: str | None = None,
+    log_level: str = DEFAULT_LOG_LEVEL,
+    prog: str = "a2a-push mock-agent",
 ) -> int:
-    """Run the mock agent until interrupted; the exit code."""
+    """Run the mock agent until interrupted; the exit code.
+
+    Logs to stderr at ``log_level`` (webhook retries and dead letters are warnings). The
+    banner is printed once the port is bound; a port that cannot be bound is one line on
+    stderr (``prog: error: ...``) and exit code 1 (2 for a port out of range).
+    """
+    problem = port_problem(port)
+    if problem is not None:
+        print(f"{prog}: error: --port {port}: {problem}", file=sys.stderr)
+        return 2
+    logs.configure(log_level.upper())
     shown_host = f"[{host}]" if ":" in host else host
     url = (public_url or f"http://{shown_host}:{port}").rstrip("/")
     app = create_app(
@@ -1150,16 +1285,61 @@ def serve(
         gateway_url=gateway_url,
         gateway_key=gateway_key,
     )
-    print(f"{AGENT_NAME}: JSON-RPC at {url}/, card at {url}/.well-known/agent-card.json")
+    lines = [
+        f"{AGENT_NAME}: listening on {shown_host}:{port}; JSON-RPC at {url}/, "
+        f"card at {url}/.well-known/agent-card.json"
+    ]
     if gateway_url:
-        print(f"events and push configs go to the gateway at {gateway_url}")
+        lines.append(f"events and push configs go to the gateway at {gateway_url}")
     if not allow_webhook_hosts:
-        print(
+        lines.append(
             "note: webhooks to private or loopback addresses are refused; pass "
             "--allow-webhook-host 127.0.0.1 for a receiver on this machine"
         )
-    web.run_app(app, host=host, port=port, print=None)
+    started = False
+
+    def announce(_aiohttp_banner: str) -> None:
+        # run_app calls this once every site listens: a port in use fails before it.
+        nonlocal started
+        started = True
+        logs.serving("\n".join(lines))
+
+    try:
+        # aiohttp's access log (a line per request) is at INFO: shown from --log-level INFO.
+        web.run_app(app, host=host, port=port, print=announce)
+    except OSError as exc:
+        if started:
+            raise
+        print(f"{prog}: error: {bind_error(exc, host, port)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def port_problem(port: int) -> str | None:
+    """Why ``port`` cannot be listened on, or None. (0, "any free port", would leave the
+    agent's issuer and card URLs without the port actually chosen.)"""
+    if 1 <= port <= 65535:
+        return None
+    return "out of range; give a port from 1 to 65535"
+
+
+def bind_error(exc: OSError, host: str, port: int) -> str:
+    """One line for a failure to start listening on ``host:port``."""
+    if exc.filename is not None:  # not the socket: the data folder, its files
+        return f"{exc.strerror or exc} ({exc.filename}); check --data-dir"
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is in use; pick another with --port or stop the process using it"
+    if exc.errno == errno.EACCES:
+        return (
+            f"port {port}: permission denied (ports below 1024 need privileges); pick "
+            "another with --port"
+        )
+    # (aiohttp's own text repeats the address: the system's reason alone is enough)
+    if isinstance(exc, socket.gaierror) or not exc.errno or exc.errno < 0:
+        reason = str(exc.strerror or exc)  # the host name did not resolve, ...
+    else:
+        reason = os.strerror(exc.errno).lower()
+    return f"cannot listen on {host}:{port}: {reason}; check --host and --port"
 
 
 def build_parser(prog: str = "mock-agent") -> argparse.ArgumentParser:
@@ -1171,7 +1351,9 @@ def build_parser(prog: str = "mock-agent") -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default: {DEFAULT_PORT}")
+    parser.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"1 to 65535 (default: {DEFAULT_PORT})"
+    )
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -1219,6 +1401,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds before each durable webhook retry, e.g. 1,1,2,5 (default: "
         f"{RetryPolicy().describe()})",
     )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=DEFAULT_LOG_LEVEL,
+        help=f"log to stderr from this level (default: {DEFAULT_LOG_LEVEL}: webhook retries "
+        "and dead letters; INFO adds a line per request)",
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)") from None
+    problem = port_problem(port)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{port} is {problem}")
+    return port
 
 
 def _delays(text: str) -> tuple[float, ...]:
@@ -1232,8 +1433,8 @@ def _delays(text: str) -> tuple[float, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return serve(
             host=args.host,
@@ -1245,6 +1446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             retry_schedule=args.retry_schedule,
             gateway_url=args.gateway_url,
             gateway_key=args.gateway_key,
+            log_level=args.log_level,
+            prog=parser.prog,
         )
     except ValueError as exc:  # a bad --allow-webhook-host entry, or --gateway without a key
         print(f"mock-agent: error: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ does); the failure tests run it in-process with one thing broken."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
 from examples import demo, demo_loop
 from examples.demo_loop import Retries, Seen, TaskRun, Update
+from examples.mock_agent import WEBHOOK_OUTCOME, webhook_log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,7 +188,8 @@ def test_python_m_examples_demo_exits_zero(demo_run: subprocess.CompletedProcess
     assert "OK — 20 webhooks arrived" in demo_run.stdout
     assert "OK — all 5 tasks final in the receiver" in demo_run.stdout
     assert "removed" in demo_run.stdout  # the temporary folder is cleaned up
-    assert "python -m receiver --help" in demo_run.stdout
+    assert "a2a-push receiver --help" in demo_run.stdout
+    assert "python -m receiver --help" not in demo_run.stdout
 
 
 # ---- part 2: the whole loop through the receiver --------------------------------------------
@@ -272,7 +275,9 @@ def test_part_2_summary_shows_nothing_was_lost(lines: list[str]) -> None:
         assert int(updates) >= 1
     assert "OK — all 5 tasks final in the receiver and on the SSE stream" in text
     assert "none seen twice" in text
-    assert re.search(r"[1-9]\d* webhooks were retried \(\d+ failed attempts\), none lost", text)
+    assert re.search(
+        r"[1-9]\d* webhooks were retried \(\d+ failed attempts in all\), none lost", text
+    )
     assert "the SSE client resumed with Last-Event-ID" in text
     assert "FAILED" not in text
 
@@ -318,3 +323,75 @@ async def test_demo_fails_with_the_reason_when_the_receiver_does_not_start(
     assert "the receiver's log (last lines):" in text and "not-a-port" in text
     assert "FAILED — part 2" in text and "Next:" not in text
     assert "removed" in text
+
+
+OUTBOX_NOW = re.compile(
+    r"outbox: (\d+) webhooks pending now, (\d+) delivered so far, (\d+) failed attempts so far"
+)
+
+
+def test_part_2_outbox_counters_say_what_each_number_is(lines: list[str]) -> None:
+    """Every line about the agent's outbox shows the same three numbers, labelled alike:
+    a count pending now, and two running totals that never go down and end at the
+    summary's total."""
+    lines = part_2(lines)
+    about = [line for line in lines if "outbox:" in line or "failed attempts" in line]
+    counts = [OUTBOX_NOW.search(line) for line in about if "outbox:" in line]
+    assert len(counts) >= 2 and all(counts), about  # the outage progress and its end
+    delivered = [int(m[2]) for m in counts if m]
+    failed = [int(m[3]) for m in counts if m]
+    assert delivered == sorted(delivered) and failed == sorted(failed)
+    (total,) = [
+        int(m[1]) for line in about if (m := re.search(r"\((\d+) failed attempts in all\)", line))
+    ]
+    assert 0 < failed[-1] <= total
+    # no other wording for the same numbers
+    for line in about:
+        rest = OUTBOX_NOW.sub("", line)
+        assert "failed attempts" not in rest or "failed attempts in all" in rest, line
+        assert "pending" not in rest and "wait in the outbox" not in rest, line
+
+
+def test_the_next_hints_are_real_commands_and_readme_sections() -> None:
+    text = "\n".join(demo.NEXT_STEPS)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    sections = re.findall(r"“([^”]+)”", text)
+    assert len(sections) == 4
+    for section in sections:
+        assert f"\n## {section}\n" in readme, section
+    commands = re.findall(r"`(a2a-push [^`]+)`", text)
+    assert commands == ["a2a-push mock-agent --help", "a2a-push receiver --help"]
+    for command in commands:  # the console script itself, as the reader would run it
+        args = command.split()[1:]
+        result = subprocess.run(
+            [sys.executable, "-m", "a2a_push", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, (command, result.stderr)
+        assert result.stdout.startswith(f"usage: {command.removesuffix(' --help')}")
+    assert "python -m" not in text
+    assert "source .venv/bin/activate" in text and ".venv/bin/a2a-push" in text
+
+
+def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
+    """Part 2 stops the receiver on purpose: the mock agent's retry warnings are expected
+    (its progress lines count them); a dead letter is still a problem."""
+    shown: list[str] = []
+    problems: list[str] = []
+    handler = demo._ForwardLogs(shown.append, demo._Style(False), problems)
+    library_log = logging.getLogger("a2a_push")  # where the demo listens
+    library_log.addHandler(handler)
+    try:
+        webhook_log.warning("webhook to x failed; retrying", extra={WEBHOOK_OUTCOME: "retry"})
+        assert problems == [] and shown == []
+        webhook_log.warning("webhook to x dead-lettered", extra={WEBHOOK_OUTCOME: "dead"})
+        logging.getLogger("a2a_push.delivery").warning("something else")
+    finally:
+        library_log.removeHandler(handler)
+    assert problems == [
+        "a2a_push.mock_agent.webhooks: webhook to x dead-lettered",
+        "a2a_push.delivery: something else",
+    ]
