@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import json
 import os
+import shlex
 import sqlite3
 import sys
 import time
@@ -21,11 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, get_args
 
+from yarl import URL
+
 from .delivery.retry import Verdict, classify
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import AddressRefused, Timeouts, Transport, TransportError
 from .delivery.webhook import webhook_headers
 from .errors import A2APushError, InvalidConfigError, UnsafeURLError
+from .gateway.client import check_gateway_url, describe_answer, redact_url
 from .ids import new_delivery_id
 from .protocol.constants import (
     DEFAULT_KEY_GRACE_PERIOD_SECONDS,
@@ -310,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     rotate.add_argument("--grace-period", type=_non_negative_seconds, default=None, help=grace_help)
     where.add_argument(
         "--database",
-        metavar="URL",
+        metavar="DB",
         help="rotate the key set a gateway keeps in this database (postgresql://… or the "
         "gateway's SQLite outbox file) instead of a directory",
     )
@@ -357,20 +362,36 @@ def build_parser() -> argparse.ArgumentParser:
     configs = command(
         commands,
         "configs",
-        "disable or enable a push config (its deliveries stop or resume)",
+        "disable or enable a push config (disabling dead-letters its pending deliveries)",
         description="Disable or enable a push config in a notifier or gateway database, by "
         "its key (the config_key that `deliveries list --json` shows; configKey in the "
         "gateway's admin API).",
     )
     configs_commands = configs.add_subparsers(title="commands", metavar="COMMAND")
-    for action in ("disable", "enable"):
-        sub = command(configs_commands, action, f"{action} a config's deliveries")
+    toggles = {
+        "disable": (
+            "stop a config's deliveries; its pending deliveries are moved to dead letters",
+            "Disable a push config: no new deliveries are queued for it, and its pending "
+            "deliveries are moved to dead letters at once (the command says how many). To "
+            f"send them later: `{PROG} configs enable KEY`, then `{PROG} deliveries replay "
+            "--all-dead --config KEY`.",
+        ),
+        "enable": (
+            "let a disabled config get deliveries again",
+            "Enable a push config: new events are delivered to it again. Deliveries "
+            "dead-lettered meanwhile are not re-sent by themselves; the command says how "
+            f"many there are and how to replay them (`{PROG} deliveries replay`).",
+        ),
+    }
+    for action, (help_text, description) in toggles.items():
+        sub = command(configs_commands, action, help_text, description=description)
         sub.add_argument(
             "key", metavar="KEY", help="the config's key (config_key in `deliveries list --json`)"
         )
         sub.add_argument(
             "--database",
             default=env.get(ENV_DATABASE),
+            metavar="DB",
             help="the notifier's or gateway's database: a SQLite file path, sqlite:///path or "
             f"postgresql://… (default: ${ENV_DATABASE})",
         )
@@ -441,8 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Put dead-lettered deliveries back in their queues as new. Replay only "
         "requeues them: a notifier or gateway running on the same database sends them.",
         epilog="Choose what to replay: delivery IDs, or --all-dead, or a creation window "
-        "(--since/--until); --task narrows the last two. A delivery whose config is disabled "
-        "or deleted is not replayed. Times are ISO 8601; without an offset they are UTC.",
+        "(--since/--until); --task and --config narrow the last two. A delivery whose config "
+        "is disabled or deleted is not replayed. Times are ISO 8601; without an offset they "
+        "are UTC.",
     )
     replay.add_argument("ids", nargs="*", metavar="ID", help="dead-lettered delivery ids")
     database_options(replay)
@@ -450,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--all-dead", action="store_true", help="replay every dead-lettered delivery"
     )
     replay.add_argument("--task", metavar="ID", help="only dead-lettered deliveries of this task")
+    replay.add_argument(
+        "--config", metavar="KEY", help="only dead-lettered deliveries to this config"
+    )
     replay.add_argument(
         "--since", type=_iso_time, metavar="ISO", help="only ones created at or after this time"
     )
@@ -657,6 +682,8 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
             raise CLIError(f"--retry-schedule: {exc}", 2) from None
     if bool(args.gateway) != bool(args.gateway_key):
         raise CLIError("--gateway needs --gateway-key (or $A2A_PUSH_GATEWAY_KEY)", 2)
+    if args.gateway:
+        args.gateway = _gateway_url(args.gateway, "--gateway")
     result = module.serve(
         host=args.host,
         port=args.port,
@@ -833,7 +860,7 @@ def _open_store(args: argparse.Namespace) -> Store:
         raise CLIError(f"--{exc}", 2) from None
     if isinstance(store, MemoryStore):
         raise CLIError(
-            f"--database {database}: an in-memory store holds nothing between runs; "
+            f"--database {redact_url(database)}: an in-memory store holds nothing between runs; "
             "point it at the notifier's SQLite file or the gateway's PostgreSQL database",
             2,
         )
@@ -906,26 +933,42 @@ def _cmd_endpoints(args: argparse.Namespace) -> int:
         raise CLIError(
             "--admin-key (or $A2A_GATEWAY_ADMIN_KEY, or $A2A_GATEWAY_ADMIN_KEYS) is required", 2
         )
-    if not str(args.gateway).startswith(("http://", "https://")):
-        raise CLIError(f"--gateway {args.gateway}: give the gateway's URL, http(s)://host:port", 2)
-    url = str(args.gateway).rstrip("/") + "/admin/endpoints"
+    base = _gateway_url(args.gateway, "--gateway")
+    # Given the admin API's own URL (copied from the docs), do not ask for it twice.
+    base = base.removesuffix("/admin/endpoints")
+    url = base + "/admin/endpoints"
 
-    async def fetch() -> tuple[int, Any]:
+    async def fetch() -> tuple[int, str | None, bytes]:
         headers = {"Authorization": f"Bearer {args.admin_key}"}
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
             session.get(url, headers=headers) as resp,
         ):
-            return resp.status, await resp.json(content_type=None)
+            return resp.status, resp.headers.get("Content-Type"), await resp.read()
 
     try:
-        status, data = asyncio.run(fetch())
+        status, content_type, body = asyncio.run(fetch())
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise CLIError(f"{url}: {type(exc).__name__}: {exc}; is the gateway running?") from None
-    if status != 200 or not isinstance(data, dict):
-        message = data.get("message") if isinstance(data, dict) else None
-        raise CLIError(f"{url} answered {status}: {message or 'no details'}")
-    opened = list(data.get("open", []))
+    try:
+        data = json.loads(body)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        data = None
+    if isinstance(data, dict) and status != 200:
+        raise CLIError(f"{url} answered {status}: {data.get('message') or 'no details'}")
+    opened = data.get("open") if isinstance(data, dict) else None
+    if not isinstance(opened, list):
+        path = base.partition("://")[2].partition("/")[2]
+        hint = (
+            f"; the path /{path} of --gateway was kept: give the gateway's base URL "
+            "unless it is served under that path"
+            if path
+            else "; check --gateway: it takes the gateway's base URL, e.g. http://host:8080"
+        )
+        raise CLIError(
+            f"{url} did not answer like an a2a-push gateway "
+            f"({describe_answer(status, content_type)}){hint}"
+        )
     if args.json:
         print(json.dumps({"open": opened}, indent=2))
     elif not opened:
@@ -937,15 +980,68 @@ def _cmd_endpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gateway_url(given: str, flag: str) -> str:
+    """A gateway's base URL, checked (a usage error never echoes credentials)."""
+    try:
+        return check_gateway_url(given, flag)
+    except ValueError as exc:
+        raise CLIError(str(exc), 2) from None
+
+
 def _cmd_configs_toggle(args: argparse.Namespace) -> int:
+    key: str = args.key
+
     async def work(store: Store) -> int:
         reason = None if args.enable else "disabled by an operator (a2a-push configs disable)"
-        if not await store.set_config_enabled(args.key, args.enable, reason):
-            raise CLIError(f"no config with key {args.key!r}; see `deliveries list --json`", 1)
-        print(f"config {args.key} {'enabled' if args.enable else 'disabled'}")
+        # The store answers only whether the config exists: count what disabling moves
+        # to dead letters first (a notifier running meanwhile may change it a little).
+        pending = (
+            []
+            if args.enable
+            else await _matching_ids(
+                store, DeliveryFilter(state=DeliveryState.PENDING, config_key=key)
+            )
+        )
+        if not await store.set_config_enabled(key, args.enable, reason):
+            raise CLIError(
+                f"no config with key {key!r}; find keys with `{PROG} deliveries list --json` "
+                "(config_key)"
+            )
+        if not args.enable:
+            print(
+                f"config {key} disabled; {_count(len(pending), 'pending delivery')} moved to "
+                "dead letters"
+            )
+            return 0
+        print(f"config {key} enabled")
+        dead = await _matching_ids(store, DeliveryFilter(state=DeliveryState.DEAD, config_key=key))
+        if dead:
+            command = f"{PROG} deliveries replay --all-dead --config {shlex.quote(key)}"
+            _note(
+                f"{_count(len(dead), 'dead-lettered delivery')} of this config "
+                f"{'is' if len(dead) == 1 else 'are'} not re-sent by enabling it; re-send "
+                f"{'it' if len(dead) == 1 else 'them'} with `{command}{_database_flag(args)}`"
+            )
         return 0
 
     return _run_with_store(args, work)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 pending delivery``, ``3 pending deliveries``."""
+    if n == 1:
+        return f"1 {noun}"
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{n} {plural}"
+
+
+def _database_flag(args: argparse.Namespace) -> str:
+    """`` --database DB`` for a command to suggest; nothing when the environment has it.
+    Credentials in a URL show as ``***``."""
+    database: str | None = args.database
+    if not database or database == os.environ.get(ENV_DATABASE):
+        return ""
+    return f" --database {shlex.quote(redact_url(database))}"
 
 
 def _cmd_deliveries_list(args: argparse.Namespace) -> int:
@@ -999,11 +1095,14 @@ def _print_table(deliveries: Sequence[Delivery], now: float) -> None:
 
 def _last_result(d: Delivery) -> str:
     error = " ".join((d.last_error or "").split())
-    if d.last_status is not None and error:
-        return f"{d.last_status} {error}"
-    if d.last_status is not None:
-        return str(d.last_status)
-    return error or "-"
+    if d.last_status is None:
+        return error or "-"
+    status = f"HTTP {d.last_status}"
+    # The notifier's errors name the status already ("HTTP 404", "retries exhausted;
+    # last: HTTP 503"): print it once.
+    if status in error:
+        return error
+    return f"{status}: {error}" if error else status
 
 
 def _next_attempt(d: Delivery, now: float) -> str:
@@ -1023,7 +1122,7 @@ def _cmd_deliveries_show(args: argparse.Namespace) -> int:
         delivery = await store.get_delivery(args.id)
         if delivery is None:
             raise CLIError(
-                f"no delivery with id {args.id!r} in {args.database}; find ids with "
+                f"no delivery with id {args.id!r} in {store.location}; find ids with "
                 f"`{PROG} deliveries list`"
             )
         if args.json:
@@ -1108,16 +1207,26 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
         raise CLIError("give either delivery IDs or --all-dead/--since/--until, not both", 2)
     if not args.ids and not by_filter:
         raise CLIError("nothing chosen: give delivery IDs, --all-dead, or --since/--until", 2)
-    if args.task and not by_filter:
-        raise CLIError("--task applies only with --all-dead or --since/--until", 2)
+    for flag, given in (("--task", args.task), ("--config", args.config)):
+        if given and not by_filter:
+            raise CLIError(f"{flag} applies only with --all-dead or --since/--until", 2)
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise CLIError("--since must be earlier than --until", 2)
 
     async def work(store: Store) -> int:
         if args.ids:
-            chosen = await _dead_by_id(store, args.ids, args.database)
+            chosen = await _dead_by_id(store, args.ids)
         else:
-            chosen = await _dead_by_filter(store, args.task, args.since, args.until)
+            chosen = await _matching_ids(
+                store,
+                DeliveryFilter(
+                    state=DeliveryState.DEAD,
+                    task_id=args.task,
+                    config_key=args.config,
+                    created_after=args.since,
+                    created_before=args.until,
+                ),
+            )
         if not chosen:
             print("nothing to replay: no dead-lettered deliveries match")
             return 0
@@ -1145,13 +1254,13 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
     return _run_with_store(args, work)
 
 
-async def _dead_by_id(store: Store, ids: Sequence[str], database: str) -> list[str]:
+async def _dead_by_id(store: Store, ids: Sequence[str]) -> list[str]:
     chosen: list[str] = []
     for delivery_id in dict.fromkeys(ids):
         delivery = await store.get_delivery(delivery_id)
         if delivery is None:
             raise CLIError(
-                f"no delivery with id {delivery_id!r} in {database}; nothing was replayed "
+                f"no delivery with id {delivery_id!r} in {store.location}; nothing was replayed "
                 f"(find ids with `{PROG} deliveries list --state dead`)"
             )
         if delivery.state is DeliveryState.DEAD:
@@ -1163,21 +1272,13 @@ async def _dead_by_id(store: Store, ids: Sequence[str], database: str) -> list[s
     return chosen
 
 
-async def _dead_by_filter(
-    store: Store, task_id: str | None, since: float | None, until: float | None
-) -> list[str]:
+async def _matching_ids(store: Store, flt: DeliveryFilter) -> list[str]:
+    """The ids of every delivery ``flt`` matches (its limit and after_id are ignored)."""
     chosen: list[str] = []
     after: str | None = None
     while True:
         page = await store.list_deliveries(
-            DeliveryFilter(
-                state=DeliveryState.DEAD,
-                task_id=task_id,
-                created_after=since,
-                created_before=until,
-                limit=_REPLAY_PAGE,
-                after_id=after,
-            )
+            dataclasses.replace(flt, limit=_REPLAY_PAGE, after_id=after)
         )
         chosen.extend(d.id for d in page)
         if len(page) < _REPLAY_PAGE:
@@ -1227,8 +1328,7 @@ def _cmd_send_test(args: argparse.Namespace) -> int:
                 then = "retry" if exc.retryable else "dead-letter it"
                 raise CLIError(f"no response: {exc}; a notifier would {then}") from None
         verdict = classify(result)
-        origin = str(target.origin())
-        print(f"POST {origin} -> {result.status} in {result.elapsed * 1000:.1f} ms")
+        print(f"POST {_shown_target(target)} -> {result.status} in {result.elapsed * 1000:.1f} ms")
         print(f"{HEADER_WEBHOOK_ID}: {delivery.id}")
         print(f"signed: {keyset.active.alg}, kid {keyset.active.kid}, iss {args.issuer}")
         print(f"token: {_describe_token(token)}")
@@ -1289,6 +1389,12 @@ def _test_webhook(url: str, token: str | None) -> tuple[Delivery, StoredConfig]:
         created_at=now,
     )
     return delivery, config
+
+
+def _shown_target(target: URL) -> str:
+    """Where send-test posted: origin and path; a query (it may hold a token) as ``?…``."""
+    shown = f"{target.origin()}{target.raw_path}"
+    return f"{shown}?…" if target.raw_query_string else shown
 
 
 def _describe_token(token: str | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from pathlib import Path
 import pytest
 
 from a2a_push.cli import main
+from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.ids import new_delivery_id
+from a2a_push.protocol.types import TaskState
 from a2a_push.signing import standard_webhooks, verify_webhook_jwt
 from a2a_push.store import (
     DeliveryState,
@@ -34,6 +37,8 @@ from a2a_push.store import (
     generate_key,
 )
 from a2a_push.testing import SinkResponse, WebhookSink
+
+from .gateway_support import ADMIN_KEY, AGENT_KEY, gateway_settings, running_gateway, status
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_TOKEN = "tok-s3cret-never-print-me"
@@ -361,8 +366,11 @@ def test_deliveries_list_table(cli: CLI, outbox: Outbox) -> None:
     assert len(rows) == 3
     by_id = {row.split()[0]: row for row in rows}
     assert "dead" in by_id[outbox.dead]
-    assert "500 HTTP 500" in by_id[outbox.dead]
+    # The status once: the notifier's error ("HTTP 500") names it already.
+    assert " HTTP 500 " in by_id[outbox.dead]
+    assert "500 HTTP 500" not in by_id[outbox.dead]
     assert "delivered" in by_id[outbox.delivered]
+    assert " HTTP 200 " in by_id[outbox.delivered]
     assert by_id[outbox.pending].rstrip().endswith("due now")
 
 
@@ -639,6 +647,7 @@ def test_replay_of_a_deleted_configs_delivery_fails(cli: CLI, outbox: Outbox) ->
         ((), "nothing chosen"),
         (("msg_x", "--all-dead"), "not both"),
         (("msg_x", "--task", "t"), "--task"),
+        (("msg_x", "--config", "k"), "--config"),
         (("--since", "yesterday"), "ISO 8601"),
         (("--since", "2025-01-02T00:00:00Z", "--until", "2025-01-01T00:00:00Z"), "earlier"),
     ],
@@ -675,7 +684,9 @@ def test_send_test_delivers_a_verifiable_signed_webhook(
     assert " ms" in result.out
     assert f"kid {kid}" in result.out
     assert _field(result.out, "token") == "(set)"
-    assert "in-query" not in result.out  # only the origin is shown
+    # The path it posted to is shown; the query (it may hold a token) is not.
+    assert f"POST {sink.url('/hook')}?… -> 200 in " in result.out
+    assert "in-query" not in result.out
 
     [received] = sink.sink.received
     jwks = json.loads(cli("keys", "jwks", "--dir", keys).out)
@@ -786,3 +797,233 @@ def test_generated_keys_never_start_with_a_dash() -> None:
     keys = [generate_key() for _ in range(2_000)]  # ~31 would start with "-" otherwise
     assert not [k for k in keys if k.startswith("-")]
     assert len(set(keys)) == len(keys)
+
+
+# ---- configs: disable and enable ---------------------------------------------------------
+
+
+def _config_key_of(cli: CLI, outbox: Outbox, delivery_id: str) -> str:
+    listed = json.loads(cli("deliveries", "list", "--database", str(outbox.path), "--json").out)
+    return str(next(d["config_key"] for d in listed if d["id"] == delivery_id))
+
+
+def test_configs_disable_says_how_many_pending_deliveries_it_dead_letters(
+    cli: CLI, outbox: Outbox
+) -> None:
+    db = str(outbox.path)
+    key = _config_key_of(cli, outbox, outbox.pending)
+    result = cli("configs", "disable", key, "--database", db)
+    assert result.code == 0, result.err
+    assert result.out.strip() == f"config {key} disabled; 1 pending delivery moved to dead letters"
+    assert state_of(outbox.path, outbox.pending) is DeliveryState.DEAD
+    # Again: nothing is pending any more.
+    again = cli("configs", "disable", key, "--database", db)
+    assert "0 pending deliveries moved to dead letters" in again.out
+
+
+def test_configs_disable_help_says_it_dead_letters(cli: CLI) -> None:
+    for args in (("configs", "--help"), ("configs", "disable", "--help")):
+        result = cli(*args)
+        assert result.code == 0
+        assert "dead letters" in result.out or "dead-letters" in result.out
+    assert "--all-dead --config KEY" in cli("configs", "disable", "--help").out
+
+
+def test_configs_enable_says_how_to_replay_dead_letters_and_the_command_works(
+    cli: CLI, outbox: Outbox
+) -> None:
+    db = str(outbox.path)
+    key = _config_key_of(cli, outbox, outbox.pending)
+    assert cli("configs", "disable", key, "--database", db).code == 0
+    result = cli("configs", "enable", key, "--database", db)
+    assert result.code == 0, result.err
+    assert result.out.strip() == f"config {key} enabled"
+    assert "1 dead-lettered delivery of this config is not re-sent" in result.err
+    command = result.err.split("`")[1]
+    expected = f"a2a-push deliveries replay --all-dead --config {key} --database {db}"
+    assert command == shlex.join(shlex.split(expected))
+    # The suggested command is real: it replays this config's dead letter, no other.
+    replayed = cli(*shlex.split(command)[1:])
+    assert replayed.code == 0, replayed.err
+    assert "replayed 1 dead-lettered delivery;" in replayed.out
+    assert state_of(outbox.path, outbox.pending) is DeliveryState.PENDING
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.DEAD  # another config's
+
+
+def test_configs_enable_without_dead_letters_gives_no_hint(cli: CLI, outbox: Outbox) -> None:
+    key = _config_key_of(cli, outbox, outbox.pending)
+    result = cli("configs", "enable", key, "--database", str(outbox.path))
+    assert result.code == 0
+    assert result.err == ""
+
+
+def test_configs_enable_hint_leaves_out_a_database_from_the_environment(
+    cli: CLI, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("A2A_PUSH_DATABASE", str(outbox.path))
+    result = cli("configs", "enable", outbox.config_key)  # cfg-1 has a dead letter
+    assert result.code == 0
+    assert f"`a2a-push deliveries replay --all-dead --config {outbox.config_key}`" in result.err
+
+
+def test_configs_unknown_key_fails(cli: CLI, outbox: Outbox) -> None:
+    for action in ("disable", "enable"):
+        line = one_line_error(cli("configs", action, "nope", "--database", str(outbox.path)), 1)
+        assert "no config with key 'nope'" in line
+        assert "deliveries list --json" in line
+
+
+def test_replay_by_config(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    other = _config_key_of(cli, outbox, outbox.pending)
+    result = cli("deliveries", "replay", "--all-dead", "--config", other, "--database", db)
+    assert "nothing to replay" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.DEAD
+    result = cli(
+        "deliveries", "replay", "--all-dead", "--config", outbox.config_key, "--database", db
+    )
+    assert "replayed 1 dead-lettered delivery;" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
+
+
+# ---- consistency ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("deliveries", "list"),
+        ("deliveries", "show"),
+        ("deliveries", "replay"),
+        ("configs", "disable"),
+        ("configs", "enable"),
+        ("keys", "rotate"),
+        ("gateway",),
+    ],
+)
+def test_the_database_option_has_one_metavar(cli: CLI, command: tuple[str, ...]) -> None:
+    result = cli(*command, "--help")
+    assert result.code == 0
+    assert "--database DB" in result.out
+    assert "--database DATABASE" not in result.out
+    assert "--database URL" not in result.out
+
+
+def test_gateway_errors_have_the_same_prefix(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("A2A_GATEWAY_AGENTS", "A2A_GATEWAY_ADMIN_KEYS", "A2A_GATEWAY_DATABASE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(cli("gateway"), 2)  # no agents configured
+    assert "no agents configured" in line
+    line = one_line_error(cli("gateway", "--agent-key", f"booking={SECRET_TOKEN}"), 2)
+    assert "--agent-key" in line
+    one_line_error(cli("gateway", "--log-level", "bogus"), 2)  # a usage error, as before
+
+
+# ---- endpoints and gateway URLs ------------------------------------------------------------
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[str]:
+    """A real gateway on 127.0.0.1 (SQLite), on its own loop; its base URL."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    running = running_gateway(gateway_settings(str(tmp_path / "gateway" / "outbox.db")))
+    url, _gw = asyncio.run_coroutine_threadsafe(running.__aenter__(), loop).result(30)
+    try:
+        yield url
+    finally:
+        asyncio.run_coroutine_threadsafe(running.__aexit__(None, None, None), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_endpoints_takes_the_admin_apis_own_url_too(cli: CLI, gateway: str) -> None:
+    for url in (gateway, gateway + "/", gateway + "/admin/endpoints"):
+        result = cli("endpoints", "--gateway", url, "--admin-key", ADMIN_KEY)
+        assert result.code == 0, result.err
+        assert "healthy" in result.out
+
+
+def test_endpoints_says_a_kept_path_did_not_answer_like_a_gateway(cli: CLI, gateway: str) -> None:
+    result = cli("endpoints", "--gateway", gateway + "/gw", "--admin-key", ADMIN_KEY)
+    line = one_line_error(result, 1)
+    assert line.startswith(
+        f"a2a-push: error: {gateway}/gw/admin/endpoints did not answer like an a2a-push "
+        "gateway (got HTTP 404, text/plain)"
+    )
+    assert "the path /gw of --gateway was kept" in line
+    assert "JSONDecodeError" not in line and "Expecting value" not in line
+
+
+def test_endpoints_at_something_else_says_it_is_not_a_gateway(cli: CLI, sink: Sink) -> None:
+    page = SinkResponse(200, headers={"Content-Type": "text/html; charset=utf-8"}, body=b"<h1>")
+    sink.sink.set_default("/admin/endpoints", page)
+    base = sink.url("")
+    line = one_line_error(cli("endpoints", "--gateway", base, "--admin-key", ADMIN_KEY), 1)
+    assert (
+        f"{base}/admin/endpoints did not answer like an a2a-push gateway (got HTTP 200, text/html)"
+    ) in line
+    assert "check --gateway" in line
+    # JSON that is not the admin API's answer is no gateway either.
+    json_list = SinkResponse(200, headers={"Content-Type": "application/json"}, body=b"[1]")
+    sink.sink.set_default("/admin/endpoints", json_list)
+    line = one_line_error(cli("endpoints", "--gateway", base, "--admin-key", ADMIN_KEY), 1)
+    assert "(got HTTP 200, application/json)" in line
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"http://bob:{SECRET_TOKEN}@127.0.0.1:8080", "--gateway http://***@127.0.0.1:8080 "),
+        (f"http://{SECRET_TOKEN}@127.0.0.1:8080/gw", "--gateway http://***@127.0.0.1:8080/gw "),
+        (f"bob:{SECRET_TOKEN}@127.0.0.1:8080", "'***@127.0.0.1:8080'"),
+        (f"http://127.0.0.1:8080/?key={SECRET_TOKEN}", "?query"),
+    ],
+)
+def test_gateway_urls_with_credentials_are_refused_without_echoing_them(
+    cli: CLI, url: str, expected: str
+) -> None:
+    # The cli fixture checks SECRET_TOKEN is in no output.
+    line = one_line_error(cli("endpoints", "--gateway", url, "--admin-key", ADMIN_KEY), 2)
+    assert expected in line
+    assert "bob" not in line
+
+
+def test_mock_agent_refuses_a_gateway_url_with_credentials(cli: CLI) -> None:
+    url = f"http://agent:{SECRET_TOKEN}@127.0.0.1:9"
+    line = one_line_error(cli("mock-agent", "--gateway", url, "--gateway-key", AGENT_KEY), 2)
+    assert "http://***@127.0.0.1:9" in line
+    assert "user-info" in line
+
+
+def test_send_test_never_echoes_user_info(cli: CLI, sink: Sink) -> None:
+    url = sink.url("/hook").replace("http://", f"http://user:{SECRET_TOKEN}@")
+    line = one_line_error(cli("send-test", url, "--allow-loopback"), 2)
+    assert "user-info" in line  # and the cli fixture checks the password is not echoed
+    assert sink.sink.received == []
+
+
+def test_gateway_client_says_a_url_is_not_a_gateway(cli: CLI, sink: Sink, gateway: str) -> None:
+    async def publish(url: str) -> GatewayError:
+        async with GatewayClient(url, AGENT_KEY, attempts=1) as client:
+            with pytest.raises(GatewayError) as caught:
+                await client.publish("t-1", status("t-1", TaskState.WORKING))
+            return caught.value
+
+    error = asyncio.run(publish(gateway + "/gw"))
+    assert str(error) == (
+        f"{gateway}/gw did not answer like an a2a-push gateway (got HTTP 404, text/plain)"
+    )
+    assert error.status == 404 and not error.retryable
+    sink.sink.set_default("/v1/tasks/t-1/events", SinkResponse(502, body=b"<html>bad gateway"))
+    error = asyncio.run(publish(sink.url("")))
+    assert "did not answer like an a2a-push gateway (got HTTP 502, " in str(error)
+    assert error.retryable  # a proxy's 502 page: the gateway behind it may come back
+    with pytest.raises(ValueError, match="user-info") as refused:
+        GatewayClient(f"http://a:{SECRET_TOKEN}@127.0.0.1:1", AGENT_KEY)
+    assert SECRET_TOKEN not in str(refused.value)

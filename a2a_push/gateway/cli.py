@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help=f"listen port (default: {DEFAULT_PORT})")
     parser.add_argument(
         "--database",
-        metavar="URL",
+        metavar="DB",
         help="postgresql://user@host/db (replicas share it) or a SQLite file "
         "(default: DATA_DIR/outbox.db)",
     )
@@ -105,11 +105,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
     except GatewaySettingsError as exc:
-        print(f"gateway: error: {exc}", file=sys.stderr)
+        print(f"a2a-push: error: {exc}", file=sys.stderr)
         return 2
     if not settings.agents:
         print(
-            "gateway: error: no agents configured; pass --agent-key AGENT:KEY, set "
+            "a2a-push: error: no agents configured; pass --agent-key AGENT:KEY, set "
             f"{ENV_PREFIX}AGENTS, or list them in a --config file",
             file=sys.stderr,
         )

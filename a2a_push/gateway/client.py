@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Final
 from urllib.parse import quote
@@ -26,6 +27,54 @@ from a2a_push.protocol.types import (
 
 # 408, 425, 429 and every 5xx, as the notifier retries webhooks.
 _RETRYABLE_STATUS: Final = frozenset({408, 425, 429, *range(500, 600)})
+
+# The authority of a URL as written: "user:password@host:port" (as the SSRF policy reads it).
+_AUTHORITY: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)")
+_BARE_AUTHORITY: Final = re.compile(r"(//)?([^/?#]*)")
+
+
+def redact_url(url: str) -> str:
+    """``url`` for messages: any user-info (``user:password@``) becomes ``***@``, also
+    in a URL written without its scheme."""
+    match = _AUTHORITY.match(url) or _BARE_AUTHORITY.match(url)
+    if match is None or "@" not in match.group(2):
+        return url
+    prefix, authority = match.group(1) or "", match.group(2)
+    return f"{prefix}***@{authority.rpartition('@')[2]}{url[match.end() :]}"
+
+
+def check_gateway_url(url: str, what: str = "the gateway URL") -> str:
+    """``url`` without trailing slashes, or a ValueError saying what is wrong with it
+    (never echoing credentials): it must be http(s), name a host, and carry no user-info,
+    query or fragment. A path is kept: a gateway may be served under one."""
+    shown = redact_url(url)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"{what} must be an http(s):// URL, e.g. http(s)://host:port, not {shown!r}"
+        )
+    match = _AUTHORITY.match(url)
+    authority = match.group(2) if match is not None else ""
+    if "@" in authority:
+        raise ValueError(
+            f"{what} {shown} must not contain user-info ('user:password@'); the gateway "
+            "authenticates with an API key, not credentials in the URL"
+        )
+    if not authority:
+        raise ValueError(f"{what} {shown} has no host; expected e.g. http://127.0.0.1:8080")
+    if "?" in url or "#" in url:
+        # Not the query itself: it may hold a key.
+        base = shown.split("?", 1)[0].split("#", 1)[0]
+        raise ValueError(
+            f"{what} {base}?… must not have a ?query or #fragment; give the gateway's base "
+            "URL, e.g. http://127.0.0.1:8080"
+        )
+    return url.rstrip("/")
+
+
+def describe_answer(status: int, content_type: str | None) -> str:
+    """``got HTTP 404, text/plain``: what a URL answered that was not a gateway's JSON."""
+    media = (content_type or "").split(";", 1)[0].strip() or "no content type"
+    return f"got HTTP {status}, {media}"
 
 
 class GatewayError(A2APushError):
@@ -75,9 +124,7 @@ class GatewayClient:
         deadline: float = 60.0,
         timeout: float = 15.0,
     ) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"the gateway URL must start with http:// or https://, not {url!r}")
-        self.url = url.rstrip("/")
+        self.url = check_gateway_url(url)
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._session = session
         self._owns_session = session is None
@@ -135,6 +182,7 @@ class GatewayClient:
             ) as resp:
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
+                content_type = resp.headers.get("Content-Type")
                 try:
                     data = await resp.json(content_type=None)
                 except ValueError:
@@ -147,12 +195,15 @@ class GatewayClient:
             ) from exc
         if 200 <= status < 300 and isinstance(data, dict):
             return data
-        message = data.get("message") if isinstance(data, dict) else None
-        error = GatewayError(
-            f"the gateway answered {status}: {message or 'no details'}",
-            status=status,
-            retryable=status in _RETRYABLE_STATUS,
-        )
+        if isinstance(data, dict):
+            text = f"the gateway answered {status}: {data.get('message') or 'no details'}"
+        else:
+            # Not JSON (a proxy's error page, a wrong path): say so, not a decode error.
+            text = (
+                f"{self.url} did not answer like an a2a-push gateway "
+                f"({describe_answer(status, content_type)})"
+            )
+        error = GatewayError(text, status=status, retryable=status in _RETRYABLE_STATUS)
         if retry_after and retry_after.isdigit():
             error.retry_after = float(retry_after)
         raise error
