@@ -246,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=env.get("A2A_PUSH_GATEWAY_KEY"),
         help="the agent's API key at the gateway (default: $A2A_PUSH_GATEWAY_KEY)",
     )
+    mock_agent.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default="WARNING",
+        help="log to stderr from this level (default: WARNING: webhook retries and dead "
+        "letters; INFO adds a line per request)",
+    )
     mock_agent.set_defaults(handler=_cmd_mock_agent)
 
     receiver = command(
@@ -670,6 +678,9 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         raise CLIError(
             f"the mock agent needs the module {exc.name!r}, which is not installed"
         ) from None
+    problem = module.port_problem(args.port)
+    if problem is not None:
+        raise CLIError(f"--port {args.port}: {problem}", 2)
     try:
         AddressPolicy(args.allow_webhook_hosts)
     except ValueError as exc:
@@ -694,6 +705,7 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         retry_schedule=schedule,
         gateway_url=args.gateway,
         gateway_key=args.gateway_key,
+        log_level=args.log_level,
     )
     return result if isinstance(result, int) else 0
 

@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import (
@@ -77,7 +78,7 @@ from a2a_push.signing import (
     verify_webhook_jwt,
 )
 from examples.demo_loop import run_loop
-from examples.mock_agent import WEBHOOK_OUTCOME, create_app
+from examples.mock_agent import create_app
 
 Out = Callable[[str], object]
 

@@ -40,7 +40,6 @@ import re
 import socket
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,9 +50,9 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 from pydantic import ValidationError
-from yarl import URL
 
 from a2a_push import logs
+from a2a_push.delivery.dispatcher import webhook_log
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -81,21 +80,18 @@ from a2a_push.server.app import JSON_MEDIA_TYPES
 from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import CREATE, V03_SET, task_id_of
 from a2a_push.signing import KeySet
-from a2a_push.store import Delivery, Outcome, SQLiteStore
+from a2a_push.store import SQLiteStore
 
 log = logging.getLogger("a2a_push.mock_agent")
-# What happens to webhooks that fail (see LoggedOutbox). Each record carries the outcome
-# ("retry", "dead", "delivered", "disabled") as the attribute named WEBHOOK_OUTCOME.
-webhook_log = logging.getLogger("a2a_push.mock_agent.webhooks")
-WEBHOOK_OUTCOME: Final = "webhook_outcome"
 
 AGENT_NAME: Final = "a2a-push mock agent"
 AGENT_VERSION: Final = "1.0.0"
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 9000
 DEFAULT_STEP_DELAY: Final = 0.5
-# WARNING shows every webhook retry and dead letter (see LoggedOutbox) without a line
-# per HTTP request; INFO adds the access log and webhooks delivered after retries.
+# WARNING shows every webhook retry and dead letter (the notifier's webhook log,
+# a2a_push.webhooks, is shown from INFO then) without a line per HTTP request; INFO adds
+# the access log.
 DEFAULT_LOG_LEVEL: Final = "WARNING"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_BODY_BYTES: Final = 1024 * 1024
@@ -244,103 +240,6 @@ class TaskStore:
         """The owner's tasks, most recently updated first."""
         mine = [r for r in self._records.values() if r.owner == owner]
         return sorted(mine, key=lambda r: r.seq, reverse=True)
-
-
-# ---- the outbox, with its failures logged ---------------------------------------------
-
-
-class LoggedOutbox(SQLiteStore):
-    """The agent's SQLite outbox, logging what happens to webhooks that fail: each retry
-    and each dead letter at WARNING, a webhook delivered after retries at INFO.
-
-    The dispatcher records every outcome here (``complete``); logging them on the way
-    lets someone watching the agent's console see a failing webhook without querying the
-    outbox (``a2a-push deliveries list --database DATA_DIR/push.db``).
-    """
-
-    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
-        await super().complete(outcomes, now=now)
-        for outcome in outcomes:
-            await self._log(outcome)
-
-    async def complete_and_claim_next(
-        self,
-        outcome: Outcome,
-        *,
-        lease_seconds: float,
-        worker_id: str,
-        now: float | None = None,
-    ) -> Delivery | None:
-        nxt = await super().complete_and_claim_next(
-            outcome, lease_seconds=lease_seconds, worker_id=worker_id, now=now
-        )
-        await self._log(outcome)
-        return nxt
-
-    async def _log(self, outcome: Outcome) -> None:
-        try:
-            await self._describe(outcome)
-        except Exception:  # logging must never fail a delivery's bookkeeping
-            webhook_log.debug("could not log the outcome of delivery %s", outcome.delivery_id)
-
-    async def _describe(self, outcome: Outcome) -> None:
-        kind = outcome.kind
-        if kind in ("retry", "dead") or outcome.disable_config:
-            level = logging.WARNING
-        elif kind == "delivered" and outcome.attempts > 1:
-            level = logging.INFO
-        else:
-            return
-        if not webhook_log.isEnabledFor(level):
-            return  # no lookup for a line nobody sees
-        config = await self.get_config_by_key(outcome.config_key)
-        where = f"webhook to {_shown_url(config.url) if config else 'a deleted config'}"
-        tries = f"{outcome.attempts} attempt{'' if outcome.attempts == 1 else 's'}"
-        ids = f"delivery {outcome.delivery_id}, task {outcome.task_id}"
-        why = outcome.error or f"HTTP {outcome.status}"
-        extra = {WEBHOOK_OUTCOME: kind}
-        if kind == "retry":
-            wait = max(0.0, (outcome.next_attempt_at or 0.0) - time.time())
-            webhook_log.warning(
-                "%s failed after %s (%s); retrying in %.1f s (%s)",
-                where,
-                tries,
-                why,
-                wait,
-                ids,
-                extra=extra,
-            )
-        elif kind == "dead":
-            webhook_log.warning(
-                "%s dead-lettered after %s (%s; %s); see `a2a-push deliveries list --state "
-                "dead --database %s`, and `deliveries replay` to send it again",
-                where,
-                tries,
-                why,
-                ids,
-                self.path,
-                extra=extra,
-            )
-        elif kind == "delivered":
-            webhook_log.info("%s delivered after %s (%s)", where, tries, ids, extra=extra)
-        if outcome.disable_config:
-            webhook_log.warning(
-                "push config %s of task %s disabled: %s",
-                config.id if config else outcome.config_key,
-                outcome.task_id,
-                outcome.disable_config,
-                extra={WEBHOOK_OUTCOME: "disabled"},
-            )
-
-
-def _shown_url(url: str) -> str:
-    """A webhook URL for the log: without user-info, query or fragment (they may hold
-    secrets)."""
-    try:
-        parsed = URL(url)
-        return str(parsed.with_user(None).with_query(None).with_fragment(None))
-    except (ValueError, TypeError):
-        return "(an unparsable URL)"
 
 
 # ---- the agent -----------------------------------------------------------------------
@@ -1180,10 +1079,9 @@ def create_app(
             **tuning,
         )
     else:
-        # PushNotifier.open(directory / "push.db", data_dir=directory), with the outbox
-        # logging its retries and dead letters.
+        # PushNotifier.open(directory / "push.db", data_dir=directory).
         notifier = PushNotifier(
-            LoggedOutbox(directory / "push.db"),
+            SQLiteStore(directory / "push.db"),
             issuer=public_url.rstrip("/"),
             keyset=KeySet.load_or_create(directory / "keys"),
             address_policy=policy,
@@ -1274,6 +1172,9 @@ def serve(
         print(f"{prog}: error: --port {port}: {problem}", file=sys.stderr)
         return 2
     logs.configure(log_level.upper())
+    if logging.getLogger().isEnabledFor(logging.WARNING):
+        # Retries are INFO in the notifier's webhook log; this console shows them.
+        webhook_log.setLevel(min(logging.INFO, logging.getLogger().getEffectiveLevel()))
     shown_host = f"[{host}]" if ":" in host else host
     url = (public_url or f"http://{shown_host}:{port}").rstrip("/")
     app = create_app(

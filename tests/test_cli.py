@@ -1001,6 +1001,17 @@ def test_mock_agent_refuses_a_gateway_url_with_credentials(cli: CLI) -> None:
     assert "user-info" in line
 
 
+@pytest.mark.parametrize("port", ["0", "70000", "-1"])
+def test_mock_agent_refuses_a_port_out_of_range(cli: CLI, port: str) -> None:
+    line = one_line_error(cli("mock-agent", "--port", port), 2)
+    assert f"--port {port}: " in line and "65535" in line
+
+
+def test_mock_agent_log_level_is_checked(cli: CLI) -> None:
+    result = cli("mock-agent", "--log-level", "loud")
+    assert result.code == 2 and "invalid choice: 'LOUD'" in result.err
+
+
 def test_send_test_never_echoes_user_info(cli: CLI, sink: Sink) -> None:
     url = sink.url("/hook").replace("http://", f"http://user:{SECRET_TOKEN}@")
     line = one_line_error(cli("send-test", url, "--allow-loopback"), 2)

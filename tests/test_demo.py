@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME, webhook_log
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
 from examples import demo, demo_loop
 from examples.demo_loop import Retries, Seen, TaskRun, Update
-from examples.mock_agent import WEBHOOK_OUTCOME, webhook_log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -377,7 +377,7 @@ def test_the_next_hints_are_real_commands_and_readme_sections() -> None:
 
 
 def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
-    """Part 2 stops the receiver on purpose: the mock agent's retry warnings are expected
+    """Part 2 stops the receiver on purpose: the notifier's retry lines are expected
     (its progress lines count them); a dead letter is still a problem."""
     shown: list[str] = []
     problems: list[str] = []
@@ -392,6 +392,6 @@ def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
     finally:
         library_log.removeHandler(handler)
     assert problems == [
-        "a2a_push.mock_agent.webhooks: webhook to x dead-lettered",
+        "a2a_push.webhooks: webhook to x dead-lettered",
         "a2a_push.delivery: something else",
     ]

@@ -250,11 +250,12 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
         # Default --log-level (WARNING): the retry, then the dead letter, one line each.
         retry = await agent.wait_for_stderr(rf"webhook to {re.escape(down)} failed")
         dead = await agent.wait_for_stderr(rf"webhook to {re.escape(down)} dead-lettered")
+    assert " INFO a2a_push.webhooks: " in retry
+    assert " WARNING a2a_push.webhooks: " in dead
     for line in (retry, dead):
-        assert " WARNING a2a_push.mock_agent.webhooks: " in line
         assert f"task {task_id}" in line and "HTTP 503" in line
     assert "after 3 attempts (HTTP 503); retrying in" in retry
-    assert "deliveries list --state dead --database" in dead
+    assert "`a2a-push deliveries list --state dead` lists dead letters (in the SQLite" in dead
     token = body["params"]["configuration"]["taskPushNotificationConfig"]["token"]
     assert token not in "".join(agent.stderr)  # the config's token is never logged
     assert "Traceback" not in "".join(agent.stderr)

@@ -17,6 +17,9 @@ import os
 import time
 from collections import Counter as _Counter
 from dataclasses import dataclass
+from typing import Final
+
+from yarl import URL
 
 from ..errors import A2APushError, StoreUnavailableError
 from ..metrics import Metrics
@@ -28,6 +31,12 @@ from .transport import AddressRefused, ConnectError, HTTPResult, RequestTimeout,
 from .webhook import webhook_headers
 
 log = logging.getLogger("a2a_push.dispatcher")
+# What happens to webhooks that fail: each retry at INFO, each dead letter and each
+# disabled config at WARNING, a webhook delivered after earlier failures at INFO. Every
+# record carries its outcome ("retry", "dead", "disabled", "delivered") as the attribute
+# named WEBHOOK_OUTCOME, for a handler or filter that wants to pick them out.
+webhook_log = logging.getLogger("a2a_push.webhooks")
+WEBHOOK_OUTCOME: Final = "webhook_outcome"
 
 # A delivery that succeeds leases its lane's next event at once (no claim round), at
 # most this many times in a row; then the lane goes back to the outbox behind the lanes
@@ -501,23 +510,21 @@ class Dispatcher:
             )
             self.metrics.deliveries.labels("dead").inc()
             return
-        await self.store.complete(
-            [
-                Outcome(
-                    delivery.id,
-                    delivery.config_key,
-                    delivery.task_id,
-                    "retry",
-                    attempts=attempts,
-                    status=status,
-                    error=error,
-                    next_attempt_at=now + delay,
-                    config_failing_since=None if config.failing_since else now,
-                    worker_id=self.worker_id,
-                )
-            ]
+        outcome = Outcome(
+            delivery.id,
+            delivery.config_key,
+            delivery.task_id,
+            "retry",
+            attempts=attempts,
+            status=status,
+            error=error,
+            next_attempt_at=now + delay,
+            config_failing_since=None if config.failing_since else now,
+            worker_id=self.worker_id,
         )
+        await self.store.complete([outcome])
         self.metrics.deliveries.labels("retry").inc()
+        self._log_outcome(delivery, outcome)
 
     async def _post(self, delivery: Delivery, config: StoredConfig) -> HTTPResult:
         headers = webhook_headers(delivery, config, self.signer)
@@ -579,11 +586,74 @@ class Dispatcher:
             worker_id=self.worker_id,
         )
         if claim_next:
-            return await self.store.complete_and_claim_next(
+            nxt = await self.store.complete_and_claim_next(
                 outcome, lease_seconds=self.options.lease_seconds, worker_id=self.worker_id
             )
-        await self.store.complete([outcome])
-        return None
+        else:
+            await self.store.complete([outcome])
+            nxt = None
+        if kind == "dead" or attempts > 1:
+            self._log_outcome(delivery, outcome)
+        return nxt
+
+    def _log_outcome(self, delivery: Delivery, outcome: Outcome) -> None:
+        """One log line for a retry, a dead letter, a disabled config, or a delivery
+        that needed more than one attempt (see ``webhook_log``)."""
+        kind = outcome.kind
+        level = logging.WARNING if kind == "dead" else logging.INFO
+        if not webhook_log.isEnabledFor(level):
+            return
+        config = delivery.config
+        where = f"webhook to {_shown_url(config.url) if config else 'a deleted push config'}"
+        n = outcome.attempts
+        tries = f"{n} attempt{'' if n == 1 else 's'}"
+        ids = f"delivery {delivery.id}, task {delivery.task_id}"
+        why = outcome.error or f"HTTP {outcome.status}"
+        if kind == "retry":
+            wait = max(0.0, (outcome.next_attempt_at or 0.0) - time.time())
+            webhook_log.info(
+                "%s failed after %s (%s); retrying in %.1f s (%s)",
+                where,
+                tries,
+                why,
+                wait,
+                ids,
+                extra={WEBHOOK_OUTCOME: "retry"},
+            )
+        elif kind == "dead":
+            webhook_log.warning(
+                "%s dead-lettered after %s (%s; %s); `a2a-push deliveries list --state "
+                "dead` lists dead letters (in %s) and `a2a-push deliveries replay` sends "
+                "them again",
+                where,
+                tries,
+                why,
+                ids,
+                self.store.location,
+                extra={WEBHOOK_OUTCOME: "dead"},
+            )
+        else:
+            webhook_log.info(
+                "%s delivered after %s (%s)", where, tries, ids, extra={WEBHOOK_OUTCOME: kind}
+            )
+        if outcome.disable_config:
+            webhook_log.warning(
+                "push config %s of task %s disabled: %s; nothing more is sent to it until "
+                "`a2a-push configs enable` (or the client registers it again)",
+                config.id if config else delivery.config_key,
+                delivery.task_id,
+                outcome.disable_config,
+                extra={WEBHOOK_OUTCOME: "disabled"},
+            )
+
+
+def _shown_url(url: str) -> str:
+    """A webhook URL for the log: without user-info, query or fragment (they may hold
+    secrets)."""
+    try:
+        return str(URL(url).with_user(None).with_query(None).with_fragment(None))
+    except (ValueError, TypeError):
+        return "(an unparsable URL)"
 
 
 def _endpoint_or_none(delivery: Delivery) -> str | None:
