@@ -706,6 +706,7 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         gateway_url=args.gateway,
         gateway_key=args.gateway_key,
         log_level=args.log_level,
+        prog="a2a-push",
     )
     return result if isinstance(result, int) else 0
 

@@ -38,6 +38,7 @@ import os
 import random
 import re
 import socket
+import sqlite3
 import sys
 import tempfile
 import uuid
@@ -1177,15 +1178,19 @@ def serve(
         webhook_log.setLevel(min(logging.INFO, logging.getLogger().getEffectiveLevel()))
     shown_host = f"[{host}]" if ":" in host else host
     url = (public_url or f"http://{shown_host}:{port}").rstrip("/")
-    app = create_app(
-        data_dir=data_dir,
-        allow_webhook_hosts=allow_webhook_hosts,
-        public_url=url,
-        step_delay=step_delay,
-        retry_schedule=retry_schedule,
-        gateway_url=gateway_url,
-        gateway_key=gateway_key,
-    )
+    try:
+        app = create_app(
+            data_dir=data_dir,
+            allow_webhook_hosts=allow_webhook_hosts,
+            public_url=url,
+            step_delay=step_delay,
+            retry_schedule=retry_schedule,
+            gateway_url=gateway_url,
+            gateway_key=gateway_key,
+        )
+    except OSError as exc:  # the data folder cannot be made
+        print(f"{prog}: error: {bind_error(exc, host, port)}", file=sys.stderr)
+        return 1
     lines = [
         f"{AGENT_NAME}: listening on {shown_host}:{port}; JSON-RPC at {url}/, "
         f"card at {url}/.well-known/agent-card.json"
@@ -1212,6 +1217,15 @@ def serve(
         if started:
             raise
         print(f"{prog}: error: {bind_error(exc, host, port)}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as exc:  # the outbox file cannot be opened (at startup)
+        if started:
+            raise
+        print(
+            f"{prog}: error: cannot open the outbox in the data folder ({exc}); check "
+            "--data-dir (it must be a writable folder of the mock agent's own)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

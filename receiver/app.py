@@ -144,6 +144,7 @@ def _is_urgent(payload: Mapping[str, Any]) -> bool:
 
 
 _MAX_LOGGED_ISSUER: Final = 200
+_MAX_WARNED_ISSUERS: Final = 100
 
 
 def _shown_issuer(issuer: object) -> str:
@@ -237,6 +238,9 @@ class Receiver:
         self._callbacks: list[UpdateCallback] = []
         self._new_event = asyncio.Event()
         self._limiter = _RateLimiter(settings.webhook_rate_limit)
+        # Unknown JWT issuers already warned about: each is a WARNING once, later
+        # requests naming it are DEBUG (anyone can send them; they must not flood the log).
+        self._warned_issuers: set[str] = set()
         self.fetcher: TaskFetcher | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -544,11 +548,24 @@ class Receiver:
             # The iss is unverified (no agent's keys were tried): the caller's to choose,
             # so it is not echoed back. The operator finds it in the log, repr'd (one
             # line, control characters escaped) and cut.
-            log.warning(
+            shown = _shown_issuer(issuer)
+            if shown in self._warned_issuers:
+                level = logging.DEBUG
+            elif len(self._warned_issuers) < _MAX_WARNED_ISSUERS:
+                self._warned_issuers.add(shown)
+                level = logging.WARNING
+            else:
+                level = logging.DEBUG
+            log.log(
+                level,
                 "webhook refused: its JWT names issuer %s, which no agent here accepts; if "
                 "one of this receiver's agents signs as that, set its `issuer` in its "
-                "[[agents]] entry",
-                _shown_issuer(issuer),
+                "[[agents]] entry%s",
+                shown,
+                " (warned once per issuer, for the first "
+                f"{_MAX_WARNED_ISSUERS} issuers; repeats are DEBUG)"
+                if level == logging.WARNING
+                else "",
             )
             raise WebhookRejected(
                 401,

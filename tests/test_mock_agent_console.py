@@ -31,7 +31,7 @@ MOCK_AGENT_SECTION = "Trying it against a mock agent"
 # The two ways to start it, and the name each puts before "error:".
 COMMANDS = {
     "module": (["-m", "examples.mock_agent"], "mock-agent"),
-    "console": (["-m", "a2a_push", "mock-agent"], "a2a-push mock-agent"),
+    "console": (["-m", "a2a_push", "mock-agent"], "a2a-push"),
 }
 
 
@@ -88,6 +88,19 @@ def test_a_busy_port_is_one_line_naming_it_and_no_banner(how: str) -> None:
         "process using it"
     ]
     assert result.stdout == ""  # the banner comes only once the port is bound
+
+
+@pytest.mark.parametrize("how", COMMANDS)
+def test_an_unusable_data_dir_is_one_line_naming_it(how: str, tmp_path: Path) -> None:
+    args, prog = COMMANDS[how]
+    (tmp_path / "push.db").mkdir()  # the outbox file's name taken by a folder
+    port = str(free_port())
+    for data_dir in ("/proc/no-such-folder", str(tmp_path)):
+        result = run([*args, "--port", port, "--data-dir", data_dir])
+        assert result.returncode == 1, result.stderr
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"{prog}: error: ") and "check --data-dir" in line
+        assert result.stdout == ""
 
 
 def test_log_level_is_checked() -> None:
@@ -248,8 +261,12 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
         assert "error" not in answer, answer
         task_id = answer["result"]["task"]["id"]
         # Default --log-level (WARNING): the retry, then the dead letter, one line each.
-        retry = await agent.wait_for_stderr(rf"webhook to {re.escape(down)} failed")
-        dead = await agent.wait_for_stderr(rf"webhook to {re.escape(down)} dead-lettered")
+        # The URL's origin and the config's id (a webhook URL's path may hold a secret).
+        origin = re.escape(sink.url("/").rstrip("/"))
+        retry = await agent.wait_for_stderr(rf"webhook to {origin} \(push config [^)]+\) failed")
+        dead = await agent.wait_for_stderr(
+            rf"webhook to {origin} \(push config [^)]+\) dead-lettered"
+        )
     assert " INFO a2a_push.webhooks: " in retry
     assert " WARNING a2a_push.webhooks: " in dead
     for line in (retry, dead):

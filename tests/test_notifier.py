@@ -1037,53 +1037,6 @@ async def test_logs_never_hold_tokens_credentials_or_signatures(
     assert "eyJ" not in text  # no JWT (header segment) in any form
 
 
-async def test_failing_webhooks_are_logged_one_line_per_outcome(
-    make_notifier: MakeNotifier, sink: WebhookSink, caplog: pytest.LogCaptureFixture
-) -> None:
-    """An operator sees what happens to failing webhooks in ``a2a_push.webhooks``: each
-    retry at INFO, each dead letter and disabled config at WARNING, a late success at
-    INFO; the URL shown without its query (it may hold a secret)."""
-    from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
-
-    caplog.set_level(logging.INFO, logger="a2a_push.webhooks")
-    policy = RetryPolicy(quick_attempts=2, quick_wait=wait_fixed(0), schedule=(0.1,))
-    n = await make_notifier(retry=policy)
-    sink.script("/late", [503, 503, 200])
-    sink.set_default("/down", 500)
-    sink.set_default("/gone", SinkResponse(410))
-    await n.register_config(hook(sink, "/late"), owner="o", task_id="t1")
-    await n.register_config(
-        TaskPushNotificationConfig(url=sink.url("/down?key=QSECRET")), owner="o", task_id="t2"
-    )
-    await n.register_config(hook(sink, "/gone"), owner="o", task_id="t3")
-    ids = {}
-    for t in ("t1", "t2", "t3"):
-        (ids[t],) = (await n.publish(t, status(t, TaskState.WORKING))).delivery_ids
-    await wait_until(lambda: _is(n, ids["t1"], DeliveryState.DELIVERED))
-    await wait_until(lambda: _is(n, ids["t2"], DeliveryState.DEAD))
-    await wait_until(lambda: _is(n, ids["t3"], DeliveryState.DEAD))
-    records = [r for r in caplog.records if r.name == "a2a_push.webhooks"]
-    by_task: dict[str, list[tuple[str, str, str]]] = {}
-    for r in records:
-        task_id = next(t for t in ("t1", "t2", "t3") if f"task {t}" in r.getMessage())
-        by_task.setdefault(task_id, []).append(
-            (getattr(r, WEBHOOK_OUTCOME), r.levelname, r.getMessage())
-        )
-    assert [(o, lvl) for o, lvl, _ in by_task["t1"]] == [("retry", "INFO"), ("delivered", "INFO")]
-    assert "failed after 2 attempts (HTTP 503); retrying in" in by_task["t1"][0][2]
-    assert "delivered after 3 attempts" in by_task["t1"][1][2]
-    assert [(o, lvl) for o, lvl, _ in by_task["t2"]] == [("retry", "INFO"), ("dead", "WARNING")]
-    dead = by_task["t2"][1][2]
-    assert f"webhook to {sink.url('/down')} dead-lettered after 3 attempts" in dead
-    assert "retries exhausted" in dead and "deliveries replay" in dead
-    assert [(o, lvl) for o, lvl, _ in by_task["t3"]] == [
-        ("dead", "WARNING"),
-        ("disabled", "WARNING"),
-    ]
-    assert "HTTP 410" in by_task["t3"][0][2] and "configs enable" in by_task["t3"][1][2]
-    assert "QSECRET" not in "\n".join(r.getMessage() for r in records)
-
-
 async def test_timed_out_attempts_leave_no_reference_cycles_through_our_frames(
     make_notifier: MakeNotifier, sink: WebhookSink
 ) -> None:

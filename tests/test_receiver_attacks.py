@@ -718,3 +718,22 @@ async def test_pyjwt_made_token_with_an_accepted_algorithm_is_accepted(rig: Webh
         _claims(rig, body, "task-1", sub.id), key.private_key, "ES256", headers={"kid": key.kid}
     )
     await _accepted(rig, body, {HEADER_SIGNATURE: token})
+
+
+async def test_an_untrusted_issuer_is_a_warning_once_then_debug(
+    rig: WebhookRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone can send webhooks naming an unknown issuer: the operator is told once per
+    issuer, and repeating it cannot flood the log at WARNING."""
+    sub, _ = await rig.subscribe("a", "task-1")
+    body = status_update("task-1")
+    with caplog.at_level("DEBUG", logger="receiver.app"):
+        for issuer in ("http://one.test", "http://one.test", "http://two.test", "http://one.test"):
+            token = rig.jwt("a", body, sub, issuer=issuer)
+            await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    named = [
+        (r.levelname, "one.test" in r.getMessage())
+        for r in caplog.records
+        if r.name == "receiver.app" and "names issuer" in r.getMessage()
+    ]
+    assert named == [("WARNING", True), ("DEBUG", True), ("WARNING", False), ("DEBUG", True)]

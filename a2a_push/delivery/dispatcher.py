@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections import Counter as _Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -44,6 +45,32 @@ WEBHOOK_OUTCOME: Final = "webhook_outcome"
 CHAIN_LIMIT = 16
 # The share of lease_seconds one claim may spend waiting for endpoint slots.
 SLOT_WAIT_SHARE = 0.25
+# The webhook log writes at most one line per push config and outcome in this many
+# seconds; the next one says how many it left out (an endpoint answering 4xx to every
+# event, or a burst of retries, cannot flood the log).
+LOG_EVERY = 60.0
+_LOG_THROTTLE_SIZE = 10_000
+
+
+class _BookkeepingError(Exception):
+    """Writing a delivery's outcome (or handing it back) failed with an error the store
+    did not classify as an outage (a lock or statement timeout, a deadlock...). Treated
+    like an outage: nothing is decided, the lease runs out and the lane is claimed again;
+    the delivery is never dead-lettered for it (it may have been delivered)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause_type = type(cause).__name__
+
+
+@contextlib.contextmanager
+def _bookkeeping() -> Iterator[None]:
+    try:
+        yield
+    except (StoreUnavailableError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        raise _BookkeepingError(exc) from None
 
 
 def longest_claim(
@@ -105,6 +132,8 @@ class Dispatcher:
         self._held: _Counter[str] = _Counter()
         self._waiting: _Counter[str] = _Counter()
         self._endpoint_freed: dict[str, asyncio.Event] = {}
+        # (config key, outcome) -> (when its last line was written, lines left out since)
+        self._logged: dict[tuple[str, str], tuple[float, int]] = {}
         self._runner: asyncio.Task[None] | None = None
         self._stopping = False
         self._idle = asyncio.Event()
@@ -258,7 +287,8 @@ class Dispatcher:
                 self._in_flight[nxt.id] = task
                 current = nxt
                 if self._stopping:
-                    await self.store.release([nxt.id], worker_id=self.worker_id)
+                    with _bookkeeping():
+                        await self.store.release([nxt.id], worker_id=self.worker_id)
                     break
                 config = nxt.config
                 if config is None or not config.enabled:
@@ -275,10 +305,10 @@ class Dispatcher:
                     break
         except asyncio.CancelledError:
             raise
-        except StoreUnavailableError as exc:
-            # The outcome could not be written (the database is down, a disk error).
-            # Nothing is decided: the lease runs out and the lane is claimed again (the
-            # webhook may then go twice, which receivers deduplicate).
+        except (StoreUnavailableError, _BookkeepingError) as exc:
+            # The outcome could not be written (the database is down, a disk error, a
+            # lock timeout). Nothing is decided: the lease runs out and the lane is
+            # claimed again (the webhook may then go twice, which receivers deduplicate).
             log.warning(
                 "delivery %s: recording its outcome failed (%s); it returns to the "
                 "outbox when its lease ends",
@@ -403,7 +433,8 @@ class Dispatcher:
         except _EndpointBusy:
             # Hand the lane back, due at once: the claim loop skips saturated endpoints
             # and picks it up again as soon as this one has room.
-            await self.store.release([delivery.id], worker_id=self.worker_id)
+            with _bookkeeping():
+                await self.store.release([delivery.id], worker_id=self.worker_id)
             self.metrics.deliveries.labels("deferred").inc()
             return None
         if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
@@ -522,7 +553,8 @@ class Dispatcher:
             config_failing_since=None if config.failing_since else now,
             worker_id=self.worker_id,
         )
-        await self.store.complete([outcome])
+        with _bookkeeping():
+            await self.store.complete([outcome])
         self.metrics.deliveries.labels("retry").inc()
         self._log_outcome(delivery, outcome)
 
@@ -546,19 +578,17 @@ class Dispatcher:
         return result
 
     async def _defer(self, delivery: Delivery, until: float) -> None:
-        await self.store.complete(
-            [
-                Outcome(
-                    delivery.id,
-                    delivery.config_key,
-                    delivery.task_id,
-                    "defer",
-                    attempts=delivery.attempts,
-                    next_attempt_at=until,
-                    worker_id=self.worker_id,
-                )
-            ]
+        outcome = Outcome(
+            delivery.id,
+            delivery.config_key,
+            delivery.task_id,
+            "defer",
+            attempts=delivery.attempts,
+            next_attempt_at=until,
+            worker_id=self.worker_id,
         )
+        with _bookkeeping():
+            await self.store.complete([outcome])
         self.metrics.deliveries.labels("deferred").inc()
 
     async def _finish(
@@ -585,56 +615,98 @@ class Dispatcher:
             clear_config_failing=clear_failing,
             worker_id=self.worker_id,
         )
-        if claim_next:
-            nxt = await self.store.complete_and_claim_next(
-                outcome, lease_seconds=self.options.lease_seconds, worker_id=self.worker_id
-            )
-        else:
-            await self.store.complete([outcome])
-            nxt = None
+        with _bookkeeping():
+            if claim_next:
+                nxt = await self.store.complete_and_claim_next(
+                    outcome, lease_seconds=self.options.lease_seconds, worker_id=self.worker_id
+                )
+            else:
+                await self.store.complete([outcome])
+                nxt = None
         if kind == "dead" or attempts > 1:
             self._log_outcome(delivery, outcome)
         return nxt
 
     def _log_outcome(self, delivery: Delivery, outcome: Outcome) -> None:
         """One log line for a retry, a dead letter, a disabled config, or a delivery
-        that needed more than one attempt (see ``webhook_log``)."""
+        that needed more than one attempt (see ``webhook_log``). Never raises: the
+        outcome is already recorded, and a failing log handler must not undo that."""
+        try:
+            self._write_outcome_line(delivery, outcome)
+        except Exception:
+            log.debug("could not log the outcome of delivery %s", delivery.id, exc_info=True)
+
+    def _throttled(self, config_key: str, kind: str) -> str | None:
+        """None when this config's ``kind`` line was written less than LOG_EVERY ago
+        (counted as left out); else the note on the lines left out before it ("" for
+        none)."""
+        now = time.monotonic()
+        key = (config_key, kind)
+        last = self._logged.get(key)
+        if last is not None and now - last[0] < LOG_EVERY:
+            self._logged[key] = (last[0], last[1] + 1)
+            return None
+        if len(self._logged) >= _LOG_THROTTLE_SIZE:
+            self._logged.clear()
+        self._logged[key] = (now, 0)
+        if last is None or last[1] == 0:
+            return ""
+        n = last[1]
+        return f"; {n} more like this for this config in the last {now - last[0]:.0f} s not logged"
+
+    def _write_outcome_line(self, delivery: Delivery, outcome: Outcome) -> None:
         kind = outcome.kind
         level = logging.WARNING if kind == "dead" else logging.INFO
         if not webhook_log.isEnabledFor(level):
             return
         config = delivery.config
-        where = f"webhook to {_shown_url(config.url) if config else 'a deleted push config'}"
+        # The URL's origin and the config's id: a webhook URL's path and query often hold
+        # its secret (…/services/T0/B0/XXXX, ?token=…).
+        where = (
+            f"webhook to {_origin_of(config.url)} (push config {config.id})"
+            if config is not None
+            else "webhook to a deleted push config"
+        )
+        note = self._throttled(delivery.config_key, kind)
         n = outcome.attempts
         tries = f"{n} attempt{'' if n == 1 else 's'}"
         ids = f"delivery {delivery.id}, task {delivery.task_id}"
         why = outcome.error or f"HTTP {outcome.status}"
-        if kind == "retry":
+        if note is None:
+            pass
+        elif kind == "retry":
             wait = max(0.0, (outcome.next_attempt_at or 0.0) - time.time())
             webhook_log.info(
-                "%s failed after %s (%s); retrying in %.1f s (%s)",
+                "%s failed after %s (%s); retrying in %.1f s (%s%s)",
                 where,
                 tries,
                 why,
                 wait,
                 ids,
+                note,
                 extra={WEBHOOK_OUTCOME: "retry"},
             )
         elif kind == "dead":
             webhook_log.warning(
-                "%s dead-lettered after %s (%s; %s); `a2a-push deliveries list --state "
+                "%s dead-lettered after %s (%s; %s%s); `a2a-push deliveries list --state "
                 "dead` lists dead letters (in %s) and `a2a-push deliveries replay` sends "
                 "them again",
                 where,
                 tries,
                 why,
                 ids,
+                note,
                 self.store.location,
                 extra={WEBHOOK_OUTCOME: "dead"},
             )
         else:
             webhook_log.info(
-                "%s delivered after %s (%s)", where, tries, ids, extra={WEBHOOK_OUTCOME: kind}
+                "%s delivered after %s (%s%s)",
+                where,
+                tries,
+                ids,
+                note,
+                extra={WEBHOOK_OUTCOME: kind},
             )
         if outcome.disable_config:
             webhook_log.warning(
@@ -647,11 +719,11 @@ class Dispatcher:
             )
 
 
-def _shown_url(url: str) -> str:
-    """A webhook URL for the log: without user-info, query or fragment (they may hold
-    secrets)."""
+def _origin_of(url: str) -> str:
+    """A webhook URL for the log: its origin only (scheme, host, port). User-info, path
+    and query may all hold secrets."""
     try:
-        return str(URL(url).with_user(None).with_query(None).with_fragment(None))
+        return str(URL(url).origin())
     except (ValueError, TypeError):
         return "(an unparsable URL)"
 

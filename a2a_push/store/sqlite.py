@@ -78,6 +78,9 @@ class SQLiteStore(RowMapping, Store):
     ) -> None:
         self.options = options or StoreOptions()
         self.path = Path(path)
+        # Made absolute once, when the file is named: messages name that file even if
+        # the working directory changes later, and cost no system call.
+        self._location = f"the SQLite file {self.path.resolve()}"
         self._synchronous = synchronous
         self._box = SecretBox(self.options.encryption_keys)
         self._executor: ThreadPoolExecutor | None = None  # connect, close, checkpoints
@@ -129,7 +132,7 @@ class SQLiteStore(RowMapping, Store):
 
     @property
     def location(self) -> str:
-        return f"the SQLite file {self.path.resolve()}"
+        return self._location
 
     async def close(self) -> None:
         if self._closed:
