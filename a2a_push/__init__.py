@@ -4,7 +4,13 @@ from .delivery.dispatcher import DispatcherOptions
 from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts
-from .errors import A2APushError, InvalidConfigError, UnsafeURLError
+from .errors import (
+    A2APushError,
+    InvalidConfigError,
+    NotifierNotStartedError,
+    TooManyConfigsError,
+    UnsafeURLError,
+)
 from .notifier import PublishResult, PushNotifier, Retention
 
 __all__ = [
@@ -12,11 +18,13 @@ __all__ = [
     "AddressPolicy",
     "DispatcherOptions",
     "InvalidConfigError",
+    "NotifierNotStartedError",
     "PublishResult",
     "PushNotifier",
     "Retention",
     "RetryPolicy",
     "Timeouts",
+    "TooManyConfigsError",
     "UnsafeURLError",
 ]
 

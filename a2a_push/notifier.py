@@ -112,6 +112,21 @@ class PushNotifier:
         key_reload_interval: float = 30.0,
         retention: Retention | None = None,
     ) -> None:
+        _check_arguments(
+            issuer=issuer,
+            keyset=keyset,
+            address_policy=address_policy,
+            timeouts=timeouts,
+            retry=retry,
+            dispatcher=dispatcher,
+            health=health,
+            metrics=metrics,
+            transport=transport,
+            retention=retention,
+            max_payload_bytes=max_payload_bytes,
+            task_provider=task_provider,
+            key_reload_interval=key_reload_interval,
+        )
         self.store = store
         self.issuer = issuer
         self.keyset = keyset if keyset is not None else KeySet.generate()
@@ -156,6 +171,9 @@ class PushNotifier:
         self.retention = retention if retention is not None else Retention()
         self._janitor: asyncio.Task[None] | None = None
         self._started = False
+        self._stopped = False
+        # The event loop of start(): the store, dispatcher and connection pool belong to it.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def open(
@@ -165,26 +183,57 @@ class PushNotifier:
         issuer: str,
         data_dir: str | Path | None = None,
         encryption_keys: Sequence[str] | None = None,
+        keyset: KeySet | None = None,
         **kwargs: Any,
     ) -> PushNotifier:
         """A notifier on ``database`` (a SQLite path, ``sqlite:///…`` or ``memory://``), with
-        its signing keys generated on first start and kept in ``data_dir/keys``."""
+        its signing keys loaded from ``data_dir/keys`` (created there, with one key, when
+        the folder has none); or ``keyset``; with neither, a throwaway in-memory key.
+        ``kwargs`` are the constructor's."""
         from .store import StoreOptions
 
+        if data_dir is not None and keyset is not None:
+            raise ValueError(
+                "PushNotifier.open(): give data_dir= (keys kept in data_dir/keys) or "
+                "keyset=, not both"
+            )
         store = open_store(database, StoreOptions(encryption_keys=encryption_keys))
-        keyset = KeySet.load_or_create(Path(data_dir) / "keys") if data_dir else None
+        if data_dir:
+            keyset = KeySet.load_or_create(Path(data_dir) / "keys")
         return cls(store, issuer=issuer, keyset=keyset, **kwargs)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Open the store and start delivering (idempotent while running).
+
+        A notifier runs once, in the event loop that starts it: use it from that loop
+        only, and after :meth:`stop` make a new one (its store is closed by then).
+        """
+        loop = asyncio.get_running_loop()
         if self._started:
+            self._check_loop(loop)
             return
+        if self._stopped:
+            raise NotifierNotStartedError(
+                "this PushNotifier was stopped and cannot be started again (its store is "
+                "closed): make a new one, e.g. with PushNotifier.open(...)"
+            )
         await self.store.open()
-        if self._owns_transport:
-            await self.transport.start()
-        if self._run_dispatcher:
-            self.dispatcher.start()
+        self._loop = loop
+        try:
+            if self._owns_transport:
+                await self.transport.start()
+            if self._run_dispatcher:
+                self.dispatcher.start()
+        except BaseException:
+            self._stopped = True
+            try:
+                if self._owns_transport:
+                    await self.transport.close()
+            finally:
+                await self.store.close()
+            raise
         if self.retention.interval > 0:
             self._janitor = asyncio.create_task(self._purge_old(), name="a2a-push-retention")
         if self.keyset.directory is not None and self._key_reload_interval > 0:
@@ -195,17 +244,26 @@ class PushNotifier:
         """Graceful: stop claiming, let in-flight webhooks finish, release the rest."""
         if not self._started:
             return
+        if self._loop is not None and not self._loop.is_closed():
+            # From a loop that has ended (asyncio.run() returned without a stop()), this
+            # still closes what can be closed; from another running loop it cannot.
+            self._check_loop(asyncio.get_running_loop())
         self._started = False
-        for background in (self._key_watcher, self._janitor):
-            if background is not None:
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
-        self._key_watcher = self._janitor = None
-        await self.dispatcher.stop()
-        if self._owns_transport:
-            await self.transport.close()
-        await self.store.close()
+        self._stopped = True
+        try:
+            for background in (self._key_watcher, self._janitor):
+                if background is not None:
+                    background.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await background
+            self._key_watcher = self._janitor = None
+            await self.dispatcher.stop()
+        finally:
+            try:
+                if self._owns_transport:
+                    await self.transport.close()
+            finally:
+                await self.store.close()
 
     async def purge_old_deliveries(self, now: float | None = None) -> int:
         """Delete delivered and dead deliveries older than the retention; returns how many."""
@@ -254,6 +312,27 @@ class PushNotifier:
                 "`await notifier.start()` first (and `await notifier.stop()` at shutdown; "
                 "in aiohttp, from a cleanup_ctx)"
             )
+        self._check_loop(asyncio.get_running_loop())
+
+    def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A started notifier is used only from the event loop it was started in: its
+        store, dispatcher and connection pool belong to that loop."""
+        started_in = self._loop
+        if started_in is None or started_in is loop:
+            return
+        if started_in.is_closed():
+            raise NotifierNotStartedError(
+                "the PushNotifier was started in an event loop that has ended (an earlier "
+                "asyncio.run()?) and was not stopped: a notifier serves the one loop it "
+                "was started in, so make one per loop, and stop it before its loop ends "
+                "(`async with notifier:` does); `await notifier.stop()` here still closes it"
+            )
+        raise NotifierNotStartedError(
+            "the PushNotifier was started in another event loop, which is still running: "
+            "use it from that loop (from another thread: "
+            "asyncio.run_coroutine_threadsafe(notifier.publish(...), that_loop)), or give "
+            "this loop a notifier of its own"
+        )
 
     async def __aenter__(self) -> PushNotifier:
         await self.start()
@@ -361,6 +440,8 @@ class PushNotifier:
                 f"register_config(): owner must be a non-empty str (whose config it is), "
                 f"not {owner!r}"
             )
+        if task_id is not None and not isinstance(task_id, str):
+            raise TypeError(f"register_config(): task_id must be a str, not {task_id!r}")
         self._require_started()
         target_task = task_id or config.task_id
         if not target_task:
@@ -549,6 +630,70 @@ def _task_scoped_key(task_id: str, key: str) -> str:
     encoding of both (any text; fixed length in the database)."""
     scope = json.dumps([task_id, key], ensure_ascii=True)
     return "k1:" + hashlib.sha256(scope.encode("ascii")).hexdigest()
+
+
+def _check_arguments(
+    *,
+    issuer: object,
+    keyset: object,
+    address_policy: object,
+    timeouts: object,
+    retry: object,
+    dispatcher: object,
+    health: object,
+    metrics: object,
+    transport: object,
+    retention: object,
+    max_payload_bytes: object,
+    task_provider: object,
+    key_reload_interval: object,
+) -> None:
+    """Wrong types fail here, naming the argument, rather than deep inside a later call."""
+    if not isinstance(issuer, str) or not issuer:
+        raise TypeError(
+            "PushNotifier(): issuer must be a non-empty str (your agent's public base URL, "
+            f"the JWT 'iss'), not {issuer!r}"
+        )
+    expected: tuple[tuple[str, object, type, str], ...] = (
+        ("keyset", keyset, KeySet, "KeySet.load_or_create(directory)"),
+        ("address_policy", address_policy, AddressPolicy, "AddressPolicy(allow=[...])"),
+        ("timeouts", timeouts, Timeouts, "Timeouts(connect=5, total=15)"),
+        ("retry", retry, RetryPolicy, "RetryPolicy(...)"),
+        ("dispatcher", dispatcher, DispatcherOptions, "DispatcherOptions(...)"),
+        ("health", health, EndpointHealth, "EndpointHealth(...)"),
+        ("metrics", metrics, Metrics, "Metrics(registry=...)"),
+        ("transport", transport, Transport, "Transport(policy, timeouts)"),
+        ("retention", retention, Retention, "Retention(...)"),
+    )
+    for name, value, kind, example in expected:
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(
+                f"PushNotifier(): {name} must be {_article(kind.__name__)} {kind.__name__}, "
+                f"e.g. {example}, not {type(value).__name__}"
+            )
+    if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int):
+        raise TypeError(
+            f"PushNotifier(): max_payload_bytes must be an int, not {max_payload_bytes!r}"
+        )
+    if max_payload_bytes < 1:
+        raise ValueError(
+            f"PushNotifier(): max_payload_bytes must be positive, not {max_payload_bytes}"
+        )
+    if task_provider is not None and not callable(task_provider):
+        raise TypeError(
+            "PushNotifier(): task_provider must be an async function (task_id) -> Task | None"
+        )
+    if isinstance(key_reload_interval, bool) or not isinstance(key_reload_interval, int | float):
+        raise TypeError(
+            "PushNotifier(): key_reload_interval must be a number of seconds (0: off), not "
+            f"{key_reload_interval!r}"
+        )
+    if not key_reload_interval >= 0:
+        raise ValueError("PushNotifier(): key_reload_interval must be 0 (off) or positive")
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1].lower() in "aeiou" else "a"
 
 
 def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeouts) -> None:

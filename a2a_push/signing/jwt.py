@@ -137,6 +137,13 @@ def verify_webhook_jwt(
     ``bad_signature``, ``missing_claim``, ``expired``, ``iat_in_future``, ``not_yet_valid``,
     ``bad_audience``, ``bad_issuer`` or ``body_hash_mismatch``.
     """
+    check_raw_body(body, "verify_webhook_jwt")
+    given: object = jwks  # typed as a Mapping, but JSON text is a common mistake
+    if isinstance(given, str | bytes):
+        raise TypeError(
+            "verify_webhook_jwt(): jwks must be the JWK Set as a dict (json.loads() the "
+            f"response of the agent's /.well-known/jwks.json), not {type(given).__name__}"
+        )
     # Parsed by hand, once (RFC 7515 compact serialization): a receiver verifies every
     # webhook, and a general JWT library spends longer parsing than the signature check
     # takes. Independent JOSE implementations check the same tokens in the tests.
@@ -175,6 +182,16 @@ def verify_webhook_jwt(
 
 
 _B64URL: Final = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def check_raw_body(body: object, caller: str) -> None:
+    """Signatures cover the exact bytes received: text decoded (or JSON re-serialised)
+    from them may not encode back to the same bytes, so only bytes are accepted."""
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"{caller}(): body must be the raw request body as bytes (aiohttp: "
+            f"`await request.read()`), not {type(body).__name__}"
+        )
 
 
 def _b64decode(part: str) -> bytes:

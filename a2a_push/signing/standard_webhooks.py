@@ -15,6 +15,7 @@ from typing import Final
 
 from a2a_push.errors import A2APushError, InvalidConfigError
 from a2a_push.protocol.constants import STANDARD_WEBHOOKS_SECRET_PREFIX
+from a2a_push.signing.jwt import check_raw_body
 
 SIGNATURE_VERSION: Final = "v1"
 DEFAULT_TOLERANCE_SECONDS: Final = 300
@@ -80,6 +81,7 @@ def verify(
     is enough. Raises :class:`StandardWebhooksVerificationError` with ``reason`` one of
     ``bad_timestamp``, ``timestamp_too_old``, ``timestamp_too_new`` or ``no_matching_signature``.
     """
+    check_raw_body(body, "standard_webhooks.verify")
     key = _secret_key(secret)
     if isinstance(timestamp, bool) or not (
         isinstance(timestamp, int) or (timestamp.isascii() and timestamp.isdigit())
