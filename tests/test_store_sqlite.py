@@ -378,3 +378,29 @@ async def test_a_write_that_finds_the_lock_taken_in_the_one_by_one_fallback_is_r
             writer._conn = real
         assert isinstance(results[0], ValueError)  # its own error, not a lock error
         assert results[1] == 1  # retried once the lock was free, not failed
+
+
+async def test_a_closed_store_says_so_and_is_not_opened_again(tmp_path: Path) -> None:
+    """Like the PostgreSQL store: after close(), open() refuses (it used to return as if
+    open, and every write then failed with 'not open (call open() first)')."""
+    from a2a_push.errors import StoreClosedError
+
+    store = SQLiteStore(tmp_path / "push.db")
+    with pytest.raises(StoreClosedError, match=r"not open \(call open\(\) first\)"):
+        await store.get_config("t", "c", "alice")
+    await store.open()
+    await store.put_config(config("t1", id="c1"))
+    await store.close()
+    with pytest.raises(StoreClosedError, match="was closed and cannot be opened again"):
+        await store.open()
+    with pytest.raises(StoreClosedError, match=r"the SQLite store was closed$"):
+        await store.put_config(config("t1", id="c2"))
+    with pytest.raises(StoreClosedError, match=r"the SQLite store was closed$"):
+        await store.get_config("t1", "c1", "alice")
+    again = SQLiteStore(tmp_path / "push.db")  # a new one opens the same file
+    await again.open()
+    try:
+        kept = await again.get_config("t1", "c1", "alice")
+        assert kept is not None and kept.id == "c1"
+    finally:
+        await again.close()

@@ -94,6 +94,10 @@ class SQLiteStore(RowMapping, Store):
     # ---- lifecycle -------------------------------------------------------------------
 
     async def open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(
+                "the SQLite store was closed and cannot be opened again: make a new one"
+            )
         if self._writer is not None:
             return
         create_private_file(self.path)
@@ -153,6 +157,11 @@ class SQLiteStore(RowMapping, Store):
                 await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
             self._executor.shutdown(wait=True)
 
+    def _not_open(self) -> str:
+        if self._closed:
+            return "the SQLite store was closed"
+        return "the SQLite store is not open (call open() first)"
+
     def debug_state(self) -> dict[str, object]:
         """Internals, for diagnosing a stuck writer."""
         if self._writer is None:
@@ -170,7 +179,7 @@ class SQLiteStore(RowMapping, Store):
         changes always get the configured durability.
         """
         if self._closed or self._writer is None:
-            raise StoreClosedError("the SQLite store is not open (call open() first)")
+            raise StoreClosedError(self._not_open())
         return await self._writer.write(fn, sync=sync)
 
     async def _checkpoint_loop(self) -> None:
@@ -197,7 +206,7 @@ class SQLiteStore(RowMapping, Store):
 
     async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         if self._closed or self._reader is None:
-            raise StoreClosedError("the SQLite store is not open (call open() first)")
+            raise StoreClosedError(self._not_open())
         async with self._reader.execute(sql, params) as cur:
             return list(await cur.fetchall())
 
