@@ -438,7 +438,7 @@ class AddressPolicy:
             subject = f"{refusal.address} is {_a(refusal.category)} address"
         else:
             subject = f"host {host!r} resolves to {refusal.address}, {_a(refusal.category)} address"
-        allowlist = self._allowlist_name or "the SSRF allowlist (AddressPolicy allow=[...])"
+        allowlist = self._allowlist_name or "the SSRF allowlist (AddressPolicy(allow=[...]))"
         if refusal.category == _METADATA:
             hint = f"add that exact address to {allowlist}"
         else:
