@@ -967,17 +967,21 @@ def _cmd_endpoints(args: argparse.Namespace) -> int:
         data = json.loads(body)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         data = None
+    path = base.partition("://")[2].partition("/")[2]
+    hint = (
+        f"; the path /{path} of --gateway was kept: give the gateway's base URL "
+        "unless it is served under that path"
+        if path
+        else "; check --gateway: it takes the gateway's base URL, e.g. http://host:8080"
+    )
     if isinstance(data, dict) and status != 200:
-        raise CLIError(f"{url} answered {status}: {data.get('message') or 'no details'}")
+        # A gateway answering 404 (its JSON "no such route"): most likely a wrong path.
+        raise CLIError(
+            f"{url} answered {status}: {data.get('message') or 'no details'}"
+            f"{hint if status == 404 else ''}"
+        )
     opened = data.get("open") if isinstance(data, dict) else None
     if not isinstance(opened, list):
-        path = base.partition("://")[2].partition("/")[2]
-        hint = (
-            f"; the path /{path} of --gateway was kept: give the gateway's base URL "
-            "unless it is served under that path"
-            if path
-            else "; check --gateway: it takes the gateway's base URL, e.g. http://host:8080"
-        )
         raise CLIError(
             f"{url} did not answer like an a2a-push gateway "
             f"({describe_answer(status, content_type)}){hint}"

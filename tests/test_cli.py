@@ -949,12 +949,13 @@ def test_endpoints_takes_the_admin_apis_own_url_too(cli: CLI, gateway: str) -> N
         assert "healthy" in result.out
 
 
-def test_endpoints_says_a_kept_path_did_not_answer_like_a_gateway(cli: CLI, gateway: str) -> None:
+def test_endpoints_says_a_kept_path_is_no_route_of_the_gateway(cli: CLI, gateway: str) -> None:
     result = cli("endpoints", "--gateway", gateway + "/gw", "--admin-key", ADMIN_KEY)
     line = one_line_error(result, 1)
+    # The gateway answers its own JSON 404 for a path it does not serve.
     assert line.startswith(
-        f"a2a-push: error: {gateway}/gw/admin/endpoints did not answer like an a2a-push "
-        "gateway (got HTTP 404, text/plain)"
+        f"a2a-push: error: {gateway}/gw/admin/endpoints answered 404: no such route: "
+        "GET /gw/admin/endpoints"
     )
     assert "the path /gw of --gateway was kept" in line
     assert "JSONDecodeError" not in line and "Expecting value" not in line
@@ -1027,8 +1028,9 @@ def test_gateway_client_says_a_url_is_not_a_gateway(cli: CLI, sink: Sink, gatewa
             return caught.value
 
     error = asyncio.run(publish(gateway + "/gw"))
-    assert str(error) == (
-        f"{gateway}/gw did not answer like an a2a-push gateway (got HTTP 404, text/plain)"
+    # The gateway itself says the path is none of its routes.
+    assert str(error).startswith(
+        "the gateway answered 404: no such route: POST /gw/v1/tasks/t-1/events"
     )
     assert error.status == 404 and not error.retryable
     sink.sink.set_default("/v1/tasks/t-1/events", SinkResponse(502, body=b"<html>bad gateway"))

@@ -125,6 +125,9 @@ class Gateway:
             await asyncio.sleep(self.settings.key_reload_interval)
             try:
                 await self.reload_keys()
+            except StoreUnavailableError as exc:
+                # An outage: one line per try, not a traceback every key_reload_interval.
+                log.warning("reloading signing keys failed; still using the old set (%s)", exc)
             except Exception:
                 log.warning("reloading signing keys failed; still using the old set", exc_info=True)
 
@@ -228,6 +231,17 @@ def _error(status: int, reason: str, message: str, **headers: str) -> web.Respon
     return web.json_response({"error": reason, "message": message}, status=status, headers=headers)
 
 
+def _unauthorized(headers: Mapping[str, str], what: str, setting: str) -> web.Response:
+    if _bearer(headers) is None:
+        return _error(401, "unauthorized", f"send Authorization: Bearer <{what}>")
+    # Never echo the key sent: it may be another secret.
+    return _error(
+        401,
+        "unauthorized",
+        f"the bearer key sent is not an {what} of this gateway; use one from its {setting}",
+    )
+
+
 def _unavailable(exc: Exception) -> web.Response:
     # The cause (a host, a port, a driver message) is for the operator's log, not callers.
     log.warning("answering 503: the database is unavailable (%s)", exc)
@@ -237,6 +251,41 @@ def _unavailable(exc: Exception) -> web.Response:
         "the database is unavailable; nothing was written; retry after a moment",
         **{HEADER_RETRY_AFTER: RETRY_AFTER_SECONDS},
     )
+
+
+_ROUTER_ERRORS: Final = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def _router_message(exc: web.HTTPException, request: web.Request) -> str:
+    asked = f"{request.method} {request.path}"
+    if exc.status == 404:
+        return (
+            f"no such route: {asked}; the gateway serves /v1/tasks/{{taskId}}/events, "
+            "/v1/rpc, /v1/tasks/{taskId}/pushNotificationConfigs, /admin/..., "
+            "/.well-known/jwks.json, /metrics and /healthz"
+        )
+    if exc.status == 405:
+        return f"{asked}: method not allowed here; use {exc.headers.get('Allow', 'another')}"
+    if exc.status == 413:
+        return f"{asked}: the body is too large"
+    return f"{asked}: {exc.reason}"
+
+
+def _integer(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not an integer") from None
+
+
+def _unix_time(name: str, text: str) -> float:
+    try:
+        return _finite(text)
+    except ValueError:
+        raise ValueError(
+            f"{name}: Unix seconds (e.g. 1767225600), not {text!r}; the CLI "
+            "(a2a-push deliveries list --since) takes ISO 8601"
+        ) from None
 
 
 def valid_task_id(value: str) -> bool:
@@ -286,13 +335,27 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     ) -> web.StreamResponse:
         path = request.path
         if path.startswith("/v1/") and gw.agent_for(request.headers) is None:
-            return _error(401, "unauthorized", "send Authorization: Bearer <agent API key>")
+            return _unauthorized(request.headers, "agent API key", "agents (--agent-key)")
         if path.startswith("/admin/") and not gw.is_admin(request.headers):
-            return _error(401, "unauthorized", "send Authorization: Bearer <admin key>")
+            return _unauthorized(request.headers, "admin key", "admin_keys (--admin-key)")
         try:
             return await handler(request)
         except StoreUnavailableError as exc:
             return _unavailable(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            # The router's own 404 and 405 (a wrong path or method): JSON like every
+            # other answer, saying what was asked.
+            return _error(
+                exc.status,
+                _ROUTER_ERRORS.get(exc.status, "http_error"),
+                _router_message(exc, request),
+                **({"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}),
+            )
+        except Exception:
+            log.exception("unexpected error answering %s %s", request.method, request.path)
+            return _error(500, "internal_error", "internal error; see the gateway's log")
 
     async def post_event(request: web.Request) -> web.Response:
         agent_id = gw.agent_for(request.headers)
@@ -314,7 +377,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
-            return _error(400, "invalid_event", f"{where}: {first['msg']}")
+            message = str(first["msg"]).removeprefix("Value error, ")
+            return _error(400, "invalid_event", f"{where}: {message}")
         event_task = _event_task_id(event)
         if event_task is None:
             return _error(400, "invalid_event", "post a task, statusUpdate or artifactUpdate")
@@ -376,9 +440,9 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         q = request.query
         try:
             state = _delivery_state(q["state"]) if "state" in q else None
-            limit = int(q.get("limit", "100"))
-            since = _finite(q["since"]) if "since" in q else None
-            until = _finite(q["until"]) if "until" in q else None
+            limit = _integer("limit", q.get("limit", "100"))
+            since = _unix_time("since", q["since"]) if "since" in q else None
+            until = _unix_time("until", q["until"]) if "until" in q else None
         except ValueError as exc:
             return _error(400, "invalid", f"bad query parameter: {exc}")
         if not 1 <= limit <= 1000:
@@ -400,6 +464,13 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response({"deliveries": [_delivery_json(d) for d in found]})
 
     async def show_delivery(request: web.Request) -> web.Response:
+        if request.match_info["id"] == "replay":  # no delivery has that id (msg_...)
+            return _error(
+                405,
+                "method_not_allowed",
+                f"GET {request.path}: method not allowed here; use POST",
+                Allow="POST",
+            )
         if not valid_task_id(request.match_info["id"]):
             return _error(404, "not_found", "no such delivery")
         d = await gw.notifier.store.get_delivery(request.match_info["id"])

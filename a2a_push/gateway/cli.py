@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import os
+import shlex
+import socket
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
 from a2a_push import logs
+from a2a_push.settings_files import SettingsError, read_config_file
 from a2a_push.signing.keys import Algorithm, KeyStoreError
 
 from .settings import DEFAULT_PORT, ENV_PREFIX, GatewaySettingsError, load_gateway_settings
 from .state import open_gateway_state
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,20 +123,122 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     logs.configure(str(args.log_level).upper())
-    gateway = Gateway(settings)
+    if args.config is not None:
+        _warn_if_others_can_read(args.config)
+    gateway = Gateway(settings)  # opens nothing yet
+    # Bound before the app starts: a port that is taken stops the command before it
+    # opens the database (a second process on a SQLite outbox would send from it too)
+    # or creates a data folder and a signing key.
+    try:
+        sockets = _bind(settings.host, settings.port)
+    except _CannotListen as exc:
+        print(f"a2a-push: error: {exc}", file=sys.stderr)
+        return 1
+    if settings.public_url is None and _is_wildcard(settings.host):
+        log.warning(
+            "public_url is not set: webhooks are signed with issuer %s and point receivers "
+            "at %s/.well-known/jwks.json, which they cannot reach; set --public-url (or "
+            "public_url, %sPUBLIC_URL) to the URL receivers reach this gateway at",
+            settings.base_url,
+            settings.base_url,
+            ENV_PREFIX,
+        )
     banner = (
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
         f"on {gateway.notifier.store.location}; JWKS at {settings.base_url}/.well-known/jwks.json"
     )
-    web.run_app(
-        create_app(settings, gateway=gateway),
-        host=settings.host,
-        port=settings.port,
-        # Called once the database is open and the port is bound, not before.
-        print=lambda _started: logs.serving(banner),
-        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
-    )
+    try:
+        web.run_app(
+            create_app(settings, gateway=gateway),
+            sock=sockets,
+            # Called once the database is open and the port is bound, not before.
+            print=lambda _started: logs.serving(banner),
+            access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+        )
+    finally:
+        for sock in sockets:
+            sock.close()
     return 0
+
+
+_SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys")
+
+
+def _warn_if_others_can_read(path: Path) -> None:
+    """A config file holding keys that other local users can read: say so (the start
+    goes on: the keys are already out, and the fix is the operator's chmod)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        holds_keys = any(read_config_file(path).get(name) for name in _SECRET_KEYS)
+    except (OSError, SettingsError):
+        return  # it was just read; a race at most
+    if os.name == "posix" and mode & 0o077 and holds_keys:
+        log.warning(
+            "the config file %s holds API or encryption keys and other users can read it "
+            "(mode %04o); make it private: chmod 600 %s",
+            path,
+            mode,
+            shlex.quote(str(path)),
+        )
+
+
+class _CannotListen(Exception):
+    """The gateway's address cannot be bound; the message says which and what to do."""
+
+
+def _is_wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::", "[::]")  # noqa: S104 (a comparison, no bind)
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host``:``port`` (every address the host resolves to), as
+    aiohttp would bind them (SO_REUSEADDR on POSIX, IPv6-only IPv6 sockets), not
+    listening yet; _CannotListen, in one line, when that fails."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise _CannotListen(
+            f"cannot listen on {shown}: the host does not resolve ({exc.strerror}); check --host"
+        ) from None
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                continue  # an address family this machine lacks (e.g. no IPv6)
+            bound.append(sock)
+            if os.name == "posix":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise _CannotListen(f"cannot listen on {shown}: {_why(exc)}") from None
+        if not bound:
+            raise _CannotListen(f"cannot listen on {shown}: no usable address; check --host")
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            "address already in use (another process listens on that port: another "
+            f"gateway?); pick another --port (or port, {ENV_PREFIX}PORT), or stop that process"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "the address is not one of this machine's; check --host"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick another --port"
+    return (exc.strerror or str(exc)).lower()
 
 
 def rotate_in_database(
