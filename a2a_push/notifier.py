@@ -27,7 +27,7 @@ from .delivery.health import EndpointHealth
 from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts, Transport
-from .errors import InvalidConfigError, NotifierNotStartedError
+from .errors import InvalidConfigError, NotifierNotStartedError, StoreUnavailableError
 from .ids import new_config_id, new_delivery_id, new_key
 from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
@@ -291,6 +291,9 @@ class PushNotifier:
                 purged = await self.purge_old_deliveries()
                 if purged:
                     log.info("retention: purged %d old deliveries", purged)
+            except StoreUnavailableError as exc:
+                # An outage: one line per try, not a traceback every interval.
+                log.warning("purging old deliveries failed (%s); will try again", exc)
             except Exception:
                 log.exception("purging old deliveries failed; will try again")
             await asyncio.sleep(self.retention.interval)

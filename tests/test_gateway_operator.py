@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -166,6 +167,14 @@ def test_a_gateway_on_every_interface_without_public_url_warns(tmp_path: Path) -
     for argv in (("--port", str(free_port())), ("--public-url", "https://push.example.com")):
         text = _output_until_listening(_gateway(*argv, "--data-dir", data))
         assert "public_url is not set" not in text
+
+
+def test_port_0_names_the_port_it_got(tmp_path: Path) -> None:
+    """--port 0 takes a free port; the banner and the issuer name it, not :0."""
+    text = _output_until_listening(_gateway("--port", "0", "--data-dir", str(tmp_path / "d")))
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+) as http://127\.0\.0\.1:(\d+)/", text)
+    assert match is not None, text
+    assert match.group(1) == match.group(2) != "0"
 
 
 def test_a_config_file_with_keys_others_can_read_is_warned_about(tmp_path: Path) -> None:

@@ -230,3 +230,24 @@ async def test_an_outcome_write_that_fails_leaves_the_delivery_to_its_lease(
     assert any("recording its outcome failed" in r.getMessage() for r in caplog.records)
     await until(n, delivery_id, DeliveryState.DELIVERED)  # after the lease ran out
     assert [r.header("webhook-id") for r in sink.on("/hook")] == [delivery_id, delivery_id]
+
+
+class _PurgeDuringOutage(SQLiteStore):
+    async def purge(self, *args: Any, **kw: Any) -> int:
+        from a2a_push.errors import StoreUnavailableError
+
+        raise StoreUnavailableError("the database is unreachable")
+
+
+async def test_the_background_purge_during_an_outage_logs_one_line_per_try(
+    make: Make, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from a2a_push.notifier import Retention
+
+    caplog.set_level(logging.WARNING, logger="a2a_push.notifier")
+    await make(_PurgeDuringOutage(tmp_path / "p.db"), retention=Retention(interval=0.05))
+    await asyncio.sleep(0.3)
+    tries = [r for r in caplog.records if "purging old deliveries failed" in r.getMessage()]
+    assert len(tries) >= 2
+    assert all(r.levelname == "WARNING" and r.exc_info is None for r in tries)
+    assert "the database is unreachable" in tries[0].getMessage()

@@ -20,7 +20,13 @@ from a2a_push import logs
 from a2a_push.settings_files import SettingsError, read_config_file
 from a2a_push.signing.keys import Algorithm, KeyStoreError
 
-from .settings import DEFAULT_PORT, ENV_PREFIX, GatewaySettingsError, load_gateway_settings
+from .settings import (
+    DEFAULT_PORT,
+    ENV_PREFIX,
+    GatewaySettings,
+    GatewaySettingsError,
+    load_gateway_settings,
+)
 from .state import open_gateway_state
 
 log = logging.getLogger(__name__)
@@ -108,8 +114,6 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .app import Gateway, create_app
-
     try:
         settings = _settings(args)
     except GatewaySettingsError as exc:
@@ -125,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(str(args.log_level).upper())
     if args.config is not None:
         _warn_if_others_can_read(args.config)
-    gateway = Gateway(settings)  # opens nothing yet
-    # Bound before the app starts: a port that is taken stops the command before it
+    # Bound before anything else: a port that is taken stops the command before it
     # opens the database (a second process on a SQLite outbox would send from it too)
     # or creates a data folder and a signing key.
     try:
@@ -134,6 +137,22 @@ def run(args: argparse.Namespace) -> int:
     except _CannotListen as exc:
         print(f"a2a-push: error: {exc}", file=sys.stderr)
         return 1
+    try:
+        return _serve(args, settings, sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _serve(
+    args: argparse.Namespace, settings: GatewaySettings, sockets: list[socket.socket]
+) -> int:
+    from .app import Gateway, create_app
+
+    if settings.port == 0:
+        # Port 0 picked a free port: the issuer and the banner name that one.
+        settings = settings.model_copy(update={"port": sockets[0].getsockname()[1]})
+    gateway = Gateway(settings)  # opens nothing yet
     if settings.public_url is None and _is_wildcard(settings.host):
         log.warning(
             "public_url is not set: webhooks are signed with issuer %s and point receivers "
@@ -147,17 +166,13 @@ def run(args: argparse.Namespace) -> int:
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
         f"on {gateway.notifier.store.location}; JWKS at {settings.base_url}/.well-known/jwks.json"
     )
-    try:
-        web.run_app(
-            create_app(settings, gateway=gateway),
-            sock=sockets,
-            # Called once the database is open and the port is bound, not before.
-            print=lambda _started: logs.serving(banner),
-            access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
-        )
-    finally:
-        for sock in sockets:
-            sock.close()
+    web.run_app(
+        create_app(settings, gateway=gateway),
+        sock=sockets,
+        # Called once the database is open and the port is bound, not before.
+        print=lambda _started: logs.serving(banner),
+        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+    )
     return 0
 
 
@@ -204,8 +219,11 @@ def _bind(host: str, port: int) -> list[socket.socket]:
             f"cannot listen on {shown}: the host does not resolve ({exc.strerror}); check --host"
         ) from None
     bound: list[socket.socket] = []
+    chosen: int | None = None  # with port 0: the free port the first address got
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
+            if chosen is not None:
+                address = (address[0], chosen, *address[2:])  # every address, one port
             try:
                 sock = socket.socket(family, kind, proto)
             except OSError:
@@ -219,6 +237,8 @@ def _bind(host: str, port: int) -> list[socket.socket]:
                 sock.bind(address)
             except OSError as exc:
                 raise _CannotListen(f"cannot listen on {shown}: {_why(exc)}") from None
+            if port == 0 and chosen is None:
+                chosen = sock.getsockname()[1]
         if not bound:
             raise _CannotListen(f"cannot listen on {shown}: no usable address; check --host")
     except BaseException:
