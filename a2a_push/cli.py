@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, Final, NoReturn, get_args
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from yarl import URL
 
@@ -1058,7 +1059,33 @@ def _database_flag(args: argparse.Namespace) -> str:
     database: str | None = args.database
     if not database or database == os.environ.get(ENV_DATABASE):
         return ""
-    return f" --database {shlex.quote(redact_url(database))}"
+    return f" --database {shlex.quote(shown_database(database))}"
+
+
+_SECRET_QUERY_KEYS: Final = frozenset({"password", "sslpassword"})
+
+
+def shown_database(database: str) -> str:
+    """``database`` for a command to suggest: a URL's password (``user:***@``) and any
+    ``password=``/``sslpassword=`` query parameter show as ``***``; the user name and
+    everything else stay, so the command still names the same database."""
+    if "://" not in database:
+        return database  # a file path
+    parts = urlsplit(database)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{':***' if colon else ''}@{hostport}"
+    query = "&".join(
+        f"{piece.partition('=')[0]}=***"
+        if unquote(piece.partition("=")[0]).lower() in _SECRET_QUERY_KEYS
+        else piece
+        for piece in parts.query.split("&")
+    )
+    if netloc == parts.netloc and query == parts.query:
+        return database  # nothing to hide (urlunsplit would also drop sqlite:///'s //)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def _cmd_deliveries_list(args: argparse.Namespace) -> int:
@@ -1245,6 +1272,12 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
                 ),
             )
         if not chosen:
+            if args.config and await store.get_config_by_key(args.config) is None:
+                # A mistyped key is not "nothing to do".
+                raise CLIError(
+                    f"--config {args.config!r}: no config with that key in {store.location}; "
+                    f"find keys with `{PROG} deliveries list --json` (config_key)"
+                )
             print("nothing to replay: no dead-lettered deliveries match")
             return 0
         count = await store.replay(chosen)

@@ -884,6 +884,37 @@ def test_replay_by_config(cli: CLI, outbox: Outbox) -> None:
     )
     assert "replayed 1 dead-lettered delivery;" in result.out
     assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
+    # A key no config has is an error, not "nothing to replay".
+    line = one_line_error(
+        cli("deliveries", "replay", "--all-dead", "--config", "nope", "--database", db), 1
+    )
+    assert "--config 'nope': no config with that key in the SQLite file" in line
+    assert "deliveries list --json` (config_key)" in line
+
+
+@pytest.mark.parametrize(
+    ("database", "shown"),
+    [
+        (
+            "postgresql://postgres@127.0.0.1:5432/test?password=s3cret",
+            "postgresql://postgres@127.0.0.1:5432/test?password=***",
+        ),
+        ("postgresql://u:s3cret@h/db", "postgresql://u:***@h/db"),
+        (
+            "postgresql://h/db?sslmode=require&SSLPassword=s3cret",
+            "postgresql://h/db?sslmode=require&SSLPassword=***",
+        ),
+        ("postgresql://postgres@127.0.0.1/test", "postgresql://postgres@127.0.0.1/test"),
+        ("sqlite:///relative/push.db", "sqlite:///relative/push.db"),
+        ("push.db", "push.db"),
+    ],
+)
+def test_a_suggested_database_hides_only_passwords(database: str, shown: str) -> None:
+    """The user name stays (the suggested command must still name the database); a
+    password, in the URL or as a query parameter, does not."""
+    from a2a_push.cli import shown_database
+
+    assert shown_database(database) == shown
 
 
 # ---- consistency ---------------------------------------------------------------------------
