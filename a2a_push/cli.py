@@ -31,7 +31,7 @@ from .delivery.ssrf import AddressPolicy
 from .delivery.transport import AddressRefused, Timeouts, Transport, TransportError
 from .delivery.webhook import webhook_headers
 from .errors import A2APushError, InvalidConfigError, UnsafeURLError
-from .gateway.client import check_gateway_url, describe_answer, redact_url
+from .gateway.client import check_gateway_url, describe_answer, printable, redact_url
 from .ids import new_delivery_id
 from .protocol.constants import (
     DEFAULT_KEY_GRACE_PERIOD_SECONDS,
@@ -1389,7 +1389,9 @@ def _cmd_send_test(args: argparse.Namespace) -> int:
                 f"{ENV_KEYS_DIR}) to sign with your agent's keys"
             )
         if verdict is not Verdict.DELIVERED:
-            answer = " ".join(result.body[:200].decode("utf-8", "replace").split())
+            # The endpoint's words, on one line, with no control characters (an answer
+            # may carry terminal escapes that fake output).
+            answer = printable(" ".join(result.body[:200].decode("utf-8", "replace").split()))
             if answer:
                 print(f"response body: {answer}")
             return 1

@@ -763,6 +763,17 @@ def test_send_test_reports_a_failing_endpoint(cli: CLI, sink: Sink) -> None:
     assert "maintenance" in result.out
 
 
+def test_send_test_shows_an_answer_without_its_terminal_escapes(cli: CLI, sink: Sink) -> None:
+    """The endpoint's body is the endpoint's to choose: escapes that retitle the window,
+    clear the screen or fake output are shown escaped, never sent to the terminal."""
+    body = b"\x1b]0;pwned\x07\x1b[2J\x1b[31mFAKE: all good\x1b[0m"
+    sink.sink.set_default("/evil", SinkResponse(400, body=body))
+    result = cli("send-test", sink.url("/evil"), "--allow-loopback")
+    assert result.code == 1
+    assert "\x1b" not in result.out and "\x07" not in result.out
+    assert "response body: \\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mFAKE: all good" in result.out
+
+
 def test_send_test_reports_no_response(cli: CLI) -> None:
     # Port 9 (discard): nothing listens there in the test environment.
     line = one_line_error(cli("send-test", "http://127.0.0.1:9/hook", "--allow-loopback"), 1)

@@ -73,8 +73,16 @@ def check_gateway_url(url: str, what: str = "the gateway URL") -> str:
 
 def describe_answer(status: int, content_type: str | None) -> str:
     """``got HTTP 404, text/plain``: what a URL answered that was not a gateway's JSON."""
-    media = (content_type or "").split(";", 1)[0].strip() or "no content type"
+    media = printable((content_type or "").split(";", 1)[0].strip()) or "no content type"
     return f"got HTTP {status}, {media}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (ESC, BEL, CR...: what
+    fakes output or retitles a window) shown escaped, as ``\\x1b``."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 class GatewayError(A2APushError):
