@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from a2a_push.errors import A2APushError, StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import (
     A2A_MEDIA_TYPE,
@@ -104,6 +105,20 @@ class ClientError(Exception):
 
 def error_body(reason: str, message: str) -> dict[str, Any]:
     return {"error": reason, "message": message}
+
+
+STORE_RETRY_AFTER: Final = 2  # seconds a 503 for a store outage asks callers to wait
+
+
+def _unavailable_body() -> dict[str, Any]:
+    # The cause (a host, a driver message) is for the operator's log, not for callers.
+    return error_body(
+        "unavailable", "the receiver's database is unavailable; nothing was changed; retry shortly"
+    )
+
+
+def _unavailable_cause(exc: StoreUnavailableError) -> str:
+    return f"the receiver's database is unavailable ({exc})"
 
 
 class _RateLimiter:
@@ -246,6 +261,7 @@ class Receiver:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.streams = 0  # open /events streams
+        self._streams_waiting = False  # a stream found the store unavailable (logged)
         # Subscriptions being created by this process, by (client, agent, task): a
         # concurrent duplicate waits for the outcome. (One in flight in another process
         # is a young row the store does not mark confirmed yet.)
@@ -451,6 +467,13 @@ class Receiver:
             status, result = exc.status, error_body(exc.reason, str(exc))
             if exc.retry_after is not None:
                 result["retryAfter"] = exc.retry_after
+        except StoreUnavailableError as exc:
+            # An outage (PostgreSQL down or restarting): nothing was stored; the sender
+            # retries a 503. One line, not a traceback per webhook.
+            log.warning("webhook answered 503: %s", _unavailable_cause(exc))
+            self.metrics.webhooks.labels("unavailable").inc()
+            status, result = 503, _unavailable_body()
+            result["retryAfter"] = STORE_RETRY_AFTER
         except Exception:
             # Ours, not the sender's (e.g. the store failed): a JSON 500 it will retry.
             log.exception("webhook processing failed")
@@ -922,12 +945,30 @@ def open_receiver_store(settings: ReceiverSettings) -> ReceiverStore:
     )
 
 
+class ApiKeysFileError(A2APushError, ValueError):
+    """The generated API keys file cannot be used; the message says what to fix."""
+
+
 def _default_keys(path: Path) -> dict[str, str]:
     """Client API keys from ``path``, creating one for client "default" (mode 0600)."""
     if path.exists():
-        data = json.loads(path.read_text("utf-8"))
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise ValueError(f"{path}: expected a JSON object of client id -> API key")
+        fix = (
+            "fix it, or delete it to have a new key generated for the client `default` "
+            "(or configure api_keys)"
+        )
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
+            raise ApiKeysFileError(f"{path} is not valid JSON ({exc}); {fix}") from None
+        if (
+            not isinstance(data, dict)
+            or not data
+            or not all(isinstance(v, str) and v.strip() for v in data.values())
+        ):
+            raise ApiKeysFileError(
+                f'{path} must be a JSON object of client id -> API key (e.g. {{"default": '
+                f'"a-long-random-key"}}) with at least one key; {fix}'
+            )
         return data
     path.parent.mkdir(parents=True, exist_ok=True)
     keys = {"default": secrets.token_urlsafe(32)}
@@ -955,10 +996,23 @@ async def _errors(
         return await handler(request)
     except ClientError as exc:
         return _json(exc.status, error_body(exc.reason, str(exc)), retry_after=exc.retry_after)
+    except StoreUnavailableError as exc:
+        log.warning("%s %s answered 503: %s", request.method, request.path, _unavailable_cause(exc))
+        return _json(503, _unavailable_body(), retry_after=STORE_RETRY_AFTER)
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
-            return _json(exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason))
+            response = _json(
+                exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason)
+            )
+            if "Allow" in exc.headers:  # a 405 says which methods the path takes
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
         raise
+    except Exception:
+        # A bug or an unexpected failure: the traceback is for the log; the client gets
+        # JSON like every other answer (aiohttp's own 500 is a text page).
+        log.exception("%s %s failed", request.method, request.path)
+        return _json(500, error_body("internal", "the request could not be processed"))
 
 
 async def _read_limited(request: web.Request, limit: int) -> bytes | None:
@@ -1070,9 +1124,21 @@ def create_app(
             while not core._closing:
                 # Taken before reading, so an event stored meanwhile wakes us at once.
                 signal = core._new_event
-                batch = await core.store.events_for_client(
-                    client_id, after=last, limit=_EVENTS_PAGE
-                )
+                try:
+                    batch = await core.store.events_for_client(
+                        client_id, after=last, limit=_EVENTS_PAGE
+                    )
+                except StoreUnavailableError as exc:
+                    # An outage: the stream stays open (keepalives go on) and reads
+                    # again every few seconds; one line per outage, whatever the streams.
+                    if not core._streams_waiting:
+                        log.warning("SSE streams wait: %s", _unavailable_cause(exc))
+                    core._streams_waiting = True
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(signal.wait(), STORE_RETRY_AFTER)
+                    await resp.write(b": keepalive\n\n")
+                    continue
+                core._streams_waiting = False
                 for event in batch:
                     payload = {
                         "agentUrl": event.agent_url,
@@ -1092,6 +1158,10 @@ def create_app(
                     await resp.write(b": keepalive\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             pass
+        except Exception:
+            # The response has started: no error answer can follow, so the stream ends
+            # (the client reconnects with its Last-Event-ID after `retry`).
+            log.exception("an SSE stream failed; closing it")
         finally:
             core.metrics.sse_clients.dec()
             core.streams -= 1

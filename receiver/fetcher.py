@@ -17,6 +17,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from a2a_push.errors import StoreUnavailableError
 from a2a_push.protocol.types import TaskState
 
 from .agent_client import AgentCallError, AgentClient
@@ -197,6 +198,15 @@ class TaskFetcher:
             self._wanted.pop(key, None)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailableError as exc:
+            # An outage (PostgreSQL down or restarting): one line, not a traceback.
+            log.warning(
+                "fetching task %s: the receiver's database is unavailable (%s); will try "
+                "again later",
+                key[1],
+                exc,
+            )
+            self._later(key, self._wanted.get(key, 0))
         except Exception:
             log.exception("fetch loop for task %s failed", key[1])
             self._later(key, self._wanted.get(key, 0))
