@@ -94,6 +94,15 @@ class AgentSettings(_Model):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http(s) URL")
+        if "@" in parts.netloc:
+            # It would be shown to every client (agentUrl) and in messages; the password
+            # is not repeated here.
+            host = parts.netloc.rpartition("@")[2]
+            raise ValueError(
+                f"{parts.scheme}://***@{host}...: user-info ('user:password@') is not allowed "
+                "in an agent URL; put the agent's credentials in `credentials` (an "
+                "Authorization header value, e.g. 'Basic dXNlcjpwYXNz' or 'Bearer abc')"
+            )
         return value
 
     @field_validator("auth")

@@ -31,10 +31,12 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -362,7 +364,18 @@ class JWKSCache:
                 self._fetch_ok = True
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 self._fetch_ok = False
-                self._error = f"the agent's JWK Set could not be fetched: {exc}"
+                # The sender (anyone) gets no detail: a host, an address or a URL is the
+                # operator's to see, in the log (at most one line per min_refresh).
+                self._error = (
+                    "the agent's JWK Set could not be fetched; retry shortly (the "
+                    "receiver's log says why)"
+                )
+                log.warning(
+                    "the JWK Set at %s could not be fetched (%s); webhooks signed with "
+                    "keys not seen before get 503 until it can be",
+                    _shown(self.url),
+                    _shown_error(exc, self.url),
+                )
             finally:
                 self._fetched_at = time.monotonic()
             return self._cached(refresh_for_kid)  # on failure, keep verifying with what we have
@@ -383,7 +396,7 @@ class JWKSCache:
         try:
             url = await self._locate()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.info("could not find the JWK Set URL (will ask again): %s", exc)
+            log.info("could not find the JWK Set URL (will ask again): %s", _shown_error(exc))
             return
         self.located = True
         if url is not None and url != self._url:
@@ -435,6 +448,28 @@ class JWKSCache:
         if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
             raise ValueError(f"{self.url} did not return a JWK Set")
         return data
+
+
+def _shown(url: str | None) -> str:
+    """A URL for the log, without any user-info (user:password@) it may carry."""
+    if url is None:
+        return "(none)"
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _shown_error(exc: BaseException, *urls: str | None) -> str:
+    """``exc`` as text, with the user-info of any URL it repeats taken out."""
+    text = str(exc) or type(exc).__name__
+    for url in urls:
+        if url and "@" in urlsplit(url).netloc:
+            text = text.replace(url, _shown(url))
+    return _USERINFO.sub("://", text)
+
+
+_USERINFO: Final = re.compile(r"://[^/@\s]*@")
 
 
 def parse_json(raw: bytes | None, what: str) -> Any:

@@ -685,3 +685,17 @@ def test_the_banner_comes_once_the_receiver_answers(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         proc.stdout.close()
+
+
+@pytest.mark.parametrize("field", ["url", "jwks_url"])
+def test_an_agent_url_with_user_info_is_refused_without_echoing_it(field: str) -> None:
+    """user:password@ in an agent URL would reach every client (agentUrl) and every
+    message naming the URL; credentials go in `credentials`."""
+    from receiver.settings import AgentSettings
+
+    entry = {"url": "http://127.0.0.1:9/", field: "http://svc:S3cretPw@127.0.0.1:9/x"}
+    with pytest.raises(ValueError) as caught:
+        AgentSettings.model_validate(entry)
+    text = str(caught.value)
+    assert "user-info" in text and "credentials" in text
+    assert "S3cretPw" not in text and "svc" not in text

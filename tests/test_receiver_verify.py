@@ -668,15 +668,18 @@ async def test_a_kid_under_an_algorithm_the_policy_refuses_causes_no_refetch(
 
 
 async def test_an_oversized_jwks_is_refused_without_reading_it_all(
-    jwks_server: JWKSServer,
+    jwks_server: JWKSServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     from receiver.verify import MAX_JWKS_BYTES
 
     jwks_server.body = {"keys": [], "padding": "x" * MAX_JWKS_BYTES}
-    with pytest.raises(WebhookRejected) as caught:
+    with (
+        caplog.at_level("WARNING", logger="receiver.verify"),
+        pytest.raises(WebhookRejected) as caught,
+    ):
         await JWKSCache(jwks_server.url).get()
     assert (caught.value.status, caught.value.reason) == (503, "jwks_unavailable")
-    assert "over" in str(caught.value)
+    assert "over" in caplog.text  # why, for the operator (the sender is told to retry)
 
 
 async def test_deeply_nested_jwks_json_is_a_clean_503(jwks_server: JWKSServer) -> None:
@@ -718,3 +721,24 @@ async def test_locate_is_asked_until_it_answers_at_most_once_per_window(
     await asyncio.sleep(0.35)
     await cache.get(refresh_for_kid="other")
     assert len(calls) == 2  # answered once: never asked again
+
+
+async def test_a_jwks_fetch_failure_tells_the_sender_nothing_and_the_log_no_password(
+    jwks_server: JWKSServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whoever posts a webhook gets a fixed text: no host, address or URL (let alone a
+    password in it); the operator's log names the URL without its user-info."""
+    jwks_server.status, jwks_server.body = 401, {"error": "no"}
+    url = jwks_server.url.replace("http://", "http://svc:S3cretPw@")
+    cache = JWKSCache(url, min_refresh=30)
+    with (
+        caplog.at_level("WARNING", logger="receiver.verify"),
+        pytest.raises(WebhookRejected) as caught,
+    ):
+        await cache.get()
+    assert (caught.value.status, caught.value.reason) == (503, "jwks_unavailable")
+    message = str(caught.value)
+    assert "127.0.0.1" not in message and "S3cretPw" not in message and "401" not in message
+    logged = [r.getMessage() for r in caplog.records if "could not be fetched" in r.getMessage()]
+    assert len(logged) == 1 and "HTTP 401" in logged[0]
+    assert jwks_server.url in logged[0] and "S3cretPw" not in caplog.text
