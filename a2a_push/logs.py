@@ -37,4 +37,5 @@ def serving(banner: str) -> None:
     since: their pauses, which stop the event loop, drop from tens of ms to little."""
     gc.collect()  # startup's own garbage first: frozen objects are never freed
     gc.freeze()
-    print(banner, flush=True)
+    if banner:  # (a worker of several that leaves the announcing to the first)
+        print(banner, flush=True)

@@ -122,6 +122,7 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     from .metrics import MULTIPROCESS_ENV, ReceiverMetrics
 
     if args.worker:
+        _die_with_supervisor()
         # One of several: the supervisor said what there is to say about the API keys,
         # and gave the workers a directory where each keeps its metrics for the others'
         # scrapes (None only for a worker started by hand).
@@ -141,6 +142,10 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
         f"(agents: {', '.join(a.key for a in settings.agents)})"
     )
+    if args.worker:
+        # One line for the receiver, not one per worker: the first worker says it.
+        index, _, count = os.environ.get(WORKER_INDEX_ENV, "0/1").partition("/")
+        banner = f"{banner}; {count} workers" if index == "0" else ""
 
     def started(_aiohttp_banner: str) -> None:
         # run_app calls its ``print`` once, after the app's startup (the store is open)
@@ -163,6 +168,31 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         for sock in sockets:
             sock.close()
     return 0
+
+
+# Set by the supervisor for its workers: its pid, and each worker's "index/count" (the
+# first prints the banner).
+SUPERVISOR_PID_ENV = "A2A_RECEIVER_SUPERVISOR_PID"
+WORKER_INDEX_ENV = "A2A_RECEIVER_WORKER_INDEX"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_supervisor() -> None:
+    """A worker ends when its supervisor does, even one killed with SIGKILL (which cannot
+    forward a signal): on Linux the kernel sends the worker SIGTERM then (a graceful
+    stop). A supervisor already gone before this ran: the worker stops now."""
+    expected = os.environ.get(SUPERVISOR_PID_ENV)
+    if expected is None:
+        return  # started by hand
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if str(os.getppid()) != expected:
+        print("receiver: error: the supervisor of this worker has exited", file=sys.stderr)
+        raise SystemExit(1)
 
 
 class _CannotListen(Exception):
@@ -277,7 +307,13 @@ def _run_workers(args: argparse.Namespace, settings: ReceiverSettings, env: dict
     from .metrics import MULTIPROCESS_ENV
 
     command = [sys.executable, "-m", "receiver", *_worker_argv(args, settings)]
-    procs = [subprocess.Popen(command, env=env) for _ in range(settings.workers)]  # noqa: S603
+    env = {**env, SUPERVISOR_PID_ENV: str(os.getpid())}
+    procs = [
+        subprocess.Popen(  # noqa: S603
+            command, env={**env, WORKER_INDEX_ENV: f"{i}/{settings.workers}"}
+        )
+        for i in range(settings.workers)
+    ]
     buried: set[int] = set()
 
     def bury(proc: subprocess.Popen[bytes]) -> None:

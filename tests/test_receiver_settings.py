@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -699,3 +700,52 @@ def test_an_agent_url_with_user_info_is_refused_without_echoing_it(field: str) -
     text = str(caught.value)
     assert "user-info" in text and "credentials" in text
     assert "S3cretPw" not in text and "svc" not in text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_workers_announce_once_and_go_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+    """One banner for the receiver (not one per worker); and a supervisor killed with
+    SIGKILL (it cannot forward a signal) leaves no workers behind serving the port."""
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["--workers", "2", "--port", str(port), "--agent", "http://127.0.0.1:9/"]
+    argv += ["--data-dir", str(tmp_path), "--log-level", "ERROR"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "receiver", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # whatever happens, the test can stop the whole group
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert "receiver: webhooks at" in first and "2 workers" in first, first
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        workers = [int(pid) for pid in children]
+        assert len(workers) == 2
+        proc.kill()  # SIGKILL: no chance to forward anything
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "workers outlived their supervisor"
+            time.sleep(0.1)
+        # Nothing more was announced: the second worker printed no banner of its own.
+        assert proc.stdout.read() == ""
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped (by init, once orphaned)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
