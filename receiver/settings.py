@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -258,8 +258,31 @@ class ReceiverSettings(_Model):
         return self.database or str(self.data_dir / "receiver.db")
 
     def agent(self, url: str) -> AgentSettings | None:
+        """The agent ``url`` names: its configured URL, or the same URL written another
+        way (scheme and host in another case, the default port spelled out)."""
         key = url.rstrip("/")
-        return next((a for a in self.agents if a.key == key), None)
+        found = next((a for a in self.agents if a.key == key), None)
+        if found is None:
+            same = _comparable(key)
+            found = next((a for a in self.agents if _comparable(a.key) == same), None)
+        return found
+
+
+def _comparable(url: str) -> str:
+    """``url`` with what does not change where it points normalised: scheme and host in
+    lower case, no default port, no trailing slash. (Not the path: it is case-sensitive.)"""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = parts.scheme.lower()
+    if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
+        host = f"{host}:{port}"
+    return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
 
 
 def check_database(value: str) -> str:

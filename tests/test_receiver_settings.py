@@ -749,3 +749,25 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_an_agent_url_written_another_way_names_the_same_agent() -> None:
+    """A client may write the agent's URL with its scheme or host in capitals, the default
+    port spelled out, or a trailing slash: the same agent. The path is case-sensitive."""
+    settings = load_settings(
+        overrides={"agents": [{"url": "http://Agent.Example:80/a2a"}, {"url": "https://b.test"}]}
+    )
+    first, second = settings.agents
+    for url in (
+        "HTTP://agent.example/a2a",
+        "http://AGENT.example:80/a2a/",
+        "http://agent.example/a2a",
+    ):
+        assert settings.agent(url) is first, url
+    assert settings.agent("https://B.TEST:443/") is second
+    for url in (
+        "http://agent.example/A2A",
+        "http://agent.example:8080/a2a",
+        "https://agent.example/a2a",
+    ):
+        assert settings.agent(url) is None, url
