@@ -225,3 +225,22 @@ async def test_key_reload_during_a_database_outage_logs_one_line(
     for record in failed:
         assert record.exc_info is None  # no traceback every key_reload_interval
         assert "not currently accepting connections" in record.getMessage()
+
+
+def test_a_file_that_is_not_a_database_stops_the_start_with_nothing_created(
+    tmp_path: Path,
+) -> None:
+    """The outbox is opened first: a --database that is not an SQLite database stops the
+    start before the gateway's state (and a new signing key in it) is created beside it."""
+    bad = tmp_path / "outbox.db"
+    bad.write_text("not a database at all, just text")
+    done = subprocess.run(
+        _gateway("--port", str(free_port()), "--database", str(bad)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "file is not a database" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outbox.db"]
+    assert bad.read_text() == "not a database at all, just text"
