@@ -544,6 +544,7 @@ class Receiver:
         """
         jwt_value = presented_jwt(headers)
         issuer: object = None
+        claims: dict[str, Any] = {}
         if jwt_value is not None:
             claims = unverified_claims(jwt_value)
             issuer = claims.get("iss")
@@ -567,6 +568,16 @@ class Receiver:
             ]
             if candidates:
                 return candidates, None
+        if jwt_value is not None and not claims:
+            raise WebhookRejected(
+                401,
+                "malformed",
+                "the JWT could not be read (three base64url parts, a JSON object of claims)",
+            )
+        if jwt_value is not None and issuer is None:
+            raise WebhookRejected(
+                401, "no_issuer", "the JWT has no iss claim: it names the agent that signed it"
+            )
         if jwt_value is not None:
             # The iss is unverified (no agent's keys were tried): the caller's to choose,
             # so it is not echoed back. The operator finds it in the log, repr'd (one

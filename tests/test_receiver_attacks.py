@@ -369,7 +369,7 @@ async def test_jwt_with_a_deeply_nested_payload_is_refused(rig: WebhookRig) -> N
     good = rig.jwt("a", body)
     head, _, sig = good.split(".")
     token = f"{head}.{_b64(b'[' * 4000)}.{sig}"  # under aiohttp's 8 KiB header limit
-    await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
+    await _refused(rig, body, _with_jwt(token), 401, "malformed")
 
 
 async def test_jwt_with_non_ascii_characters_is_refused(rig: WebhookRig) -> None:
@@ -737,3 +737,16 @@ async def test_an_untrusted_issuer_is_a_warning_once_then_debug(
         if r.name == "receiver.app" and "names issuer" in r.getMessage()
     ]
     assert named == [("WARNING", True), ("DEBUG", True), ("WARNING", False), ("DEBUG", True)]
+
+
+async def test_an_unreadable_or_issuerless_jwt_is_named_as_such(rig: WebhookRig) -> None:
+    """Not "unknown issuer" for a JWT that names none or cannot be read: the sender is
+    told what is wrong with what it sent."""
+    body = status_update("task-1")
+    good = rig.jwt("a", body)
+    head, _, sig = good.split(".")
+    no_iss = f"{head}.{_b64(json.dumps({'sub': 'x'}).encode())}.{sig}"
+    answer = await _refused(rig, body, _with_jwt(no_iss), 401, "no_issuer")
+    assert "no iss claim" in answer["message"]
+    for broken in ("only.two", f"{head}.{_b64(b'not json')}.{sig}", "a.b.c.d"):
+        await _refused(rig, body, _with_jwt(broken), 401, "malformed")
