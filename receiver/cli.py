@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import shutil
@@ -16,6 +15,7 @@ from aiohttp import web
 
 from a2a_push import logs
 from a2a_push.errors import A2APushError
+from a2a_push.listen import CannotListen, bind_sockets
 
 from .settings import (
     CONFIG_ENV,
@@ -135,7 +135,7 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     # file): a port that is taken stops the command with nothing written.
     try:
         sockets = _bind(settings, reuse_port=args.worker)
-    except _CannotListen as exc:
+    except CannotListen as exc:
         print(f"receiver: error: {exc}", file=sys.stderr)
         return 1
     banner = (
@@ -195,66 +195,14 @@ def _die_with_supervisor() -> None:
         raise SystemExit(1)
 
 
-class _CannotListen(Exception):
-    """The receiver's address cannot be bound; the message says which and what to do."""
-
-
 def _bind(settings: ReceiverSettings, *, reuse_port: bool) -> list[socket.socket]:
-    """Sockets bound to ``settings.host``:``settings.port`` (every address the host
-    resolves to; an empty host: every interface), bound as aiohttp would bind them
-    (SO_REUSEADDR, IPv6-only IPv6 sockets, SO_REUSEPORT for workers sharing the port),
-    not listening yet. Raises _CannotListen, in one line, when the port is taken (or
-    the host is not this machine's, or the port needs privileges)."""
-    host, port = settings.host, settings.port
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as exc:
-        raise _CannotListen(
-            f"cannot listen on {shown}: the host does not resolve ({exc.strerror}); check --host"
-        ) from exc
-    bound: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            try:
-                sock = socket.socket(family, kind, proto)
-            except OSError:
-                continue  # an address family this machine lacks (e.g. no IPv6)
-            bound.append(sock)
-            if os.name == "posix":  # as asyncio: elsewhere it means another thing
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind(address)
-            except OSError as exc:
-                raise _CannotListen(f"cannot listen on {shown}: {_why(exc)}") from exc
-        if not bound:
-            raise _CannotListen(f"cannot listen on {shown}: no usable address; check --host")
-    except BaseException:
-        for sock in bound:
-            sock.close()
-        raise
-    return bound
-
-
-def _why(exc: OSError) -> str:
-    """Why a bind failed, and what to do about it."""
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            "address already in use (another process is listening on that port); pick "
-            "another --port (or `port` in the config file, A2A_RECEIVER_PORT), or stop "
-            "the process using it"
-        )
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return "the address is not one of this machine's; check --host"
-    if exc.errno == errno.EACCES:
-        return "permission denied (ports below 1024 need privileges); pick another --port"
-    return (exc.strerror or str(exc)).lower()
+    """The receiver's sockets (see :func:`a2a_push.listen.bind_sockets`)."""
+    return bind_sockets(
+        settings.host,
+        settings.port,
+        reuse_port=reuse_port,
+        port_setting="--port (or `port` in the config file, A2A_RECEIVER_PORT)",
+    )
 
 
 def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
@@ -284,7 +232,7 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     try:
         for sock in _bind(settings, reuse_port=True):
             sock.close()
-    except _CannotListen as exc:
+    except CannotListen as exc:
         print(f"receiver: error: {exc}", file=sys.stderr)
         return 1
     asyncio.run(prepare())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import logging
 import os
 import shlex
@@ -17,6 +16,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from a2a_push import logs
+from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
 from a2a_push.signing.keys import Algorithm, KeyStoreError
 
@@ -133,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
     # opens the database (a second process on a SQLite outbox would send from it too)
     # or creates a data folder and a signing key.
     try:
-        sockets = _bind(settings.host, settings.port)
-    except _CannotListen as exc:
+        sockets = bind_sockets(
+            settings.host, settings.port, port_setting=f"--port (or port, {ENV_PREFIX}PORT)"
+        )
+    except CannotListen as exc:
         print(f"a2a-push: error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -197,68 +199,8 @@ def _warn_if_others_can_read(path: Path) -> None:
         )
 
 
-class _CannotListen(Exception):
-    """The gateway's address cannot be bound; the message says which and what to do."""
-
-
 def _is_wildcard(host: str) -> bool:
     return host in ("", "0.0.0.0", "::", "[::]")  # noqa: S104 (a comparison, no bind)
-
-
-def _bind(host: str, port: int) -> list[socket.socket]:
-    """Sockets bound to ``host``:``port`` (every address the host resolves to), as
-    aiohttp would bind them (SO_REUSEADDR on POSIX, IPv6-only IPv6 sockets), not
-    listening yet; _CannotListen, in one line, when that fails."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except socket.gaierror as exc:
-        raise _CannotListen(
-            f"cannot listen on {shown}: the host does not resolve ({exc.strerror}); check --host"
-        ) from None
-    bound: list[socket.socket] = []
-    chosen: int | None = None  # with port 0: the free port the first address got
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            if chosen is not None:
-                address = (address[0], chosen, *address[2:])  # every address, one port
-            try:
-                sock = socket.socket(family, kind, proto)
-            except OSError:
-                continue  # an address family this machine lacks (e.g. no IPv6)
-            bound.append(sock)
-            if os.name == "posix":
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind(address)
-            except OSError as exc:
-                raise _CannotListen(f"cannot listen on {shown}: {_why(exc)}") from None
-            if port == 0 and chosen is None:
-                chosen = sock.getsockname()[1]
-        if not bound:
-            raise _CannotListen(f"cannot listen on {shown}: no usable address; check --host")
-    except BaseException:
-        for sock in bound:
-            sock.close()
-        raise
-    return bound
-
-
-def _why(exc: OSError) -> str:
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            "address already in use (another process listens on that port: another "
-            f"gateway?); pick another --port (or port, {ENV_PREFIX}PORT), or stop that process"
-        )
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return "the address is not one of this machine's; check --host"
-    if exc.errno == errno.EACCES:
-        return "permission denied (ports below 1024 need privileges); pick another --port"
-    return (exc.strerror or str(exc)).lower()
 
 
 def rotate_in_database(
