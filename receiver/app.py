@@ -887,12 +887,17 @@ class Receiver:
         self, client_id: str, task_id: str, agent_url: str | None
     ) -> dict[str, Any]:
         _require_id(task_id, "taskId")
+        key = None
+        if agent_url is not None:
+            # Written as the client wrote it when subscribing, or another way: the agent.
+            agent = self.settings.agent(agent_url)
+            key = agent.key if agent is not None else agent_url.rstrip("/")
         subs = [
             s
             for s in await self.store.list_subscriptions(client_id)
             if s.task_id == task_id
             and s.state is SubscriptionState.ACTIVE
-            and (agent_url is None or s.agent_url == agent_url.rstrip("/"))
+            and (key is None or s.agent_url == key)
         ]
         if not subs:
             raise ClientError(404, "not_found", "no subscription to this task")

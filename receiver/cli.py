@@ -185,14 +185,29 @@ def _die_with_supervisor() -> None:
     if expected is None:
         return  # started by hand
     if sys.platform.startswith("linux"):
-        import ctypes
         import signal
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    if str(os.getppid()) != expected:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (ImportError, OSError, AttributeError):  # a Python built without ctypes
+            logging.getLogger(__name__).debug("no parent-death signal for this worker")
+    if str(os.getppid()) != expected and not _alive(int(expected)):
+        # (A parent other than the supervisor, which is alive: a launcher in between.)
         print("receiver: error: the supervisor of this worker has exited", file=sys.stderr)
         raise SystemExit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process now has that pid: ours is gone, but unsure
+    return True
 
 
 def _bind(settings: ReceiverSettings, *, reuse_port: bool) -> list[socket.socket]:

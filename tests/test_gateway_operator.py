@@ -137,9 +137,11 @@ def test_a_taken_port_stops_the_gateway_before_it_opens_anything(tmp_path: Path)
     assert "signing keys" not in done.stderr
 
 
-def _output_until_listening(argv: list[str]) -> str:
+def _output_until_listening(argv: list[str], env: dict[str, str] | None = None) -> str:
     """What a gateway started with ``argv`` printed until it said it listens; stopped."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     seen: list[str] = []
     try:
         assert proc.stdout is not None
@@ -244,3 +246,26 @@ def test_a_file_that_is_not_a_database_stops_the_start_with_nothing_created(
     assert "file is not a database" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outbox.db"]
     assert bad.read_text() == "not a database at all, just text"
+
+
+def test_a_start_that_fails_after_the_outbox_opened_exits(tmp_path: Path) -> None:
+    """Restarted with another encryption key, the gateway cannot open its sealed signing
+    key: it must say so and exit, not hang on the outbox it had already opened."""
+    import os
+
+    from a2a_push.store import generate_key
+
+    data = str(tmp_path / "d")
+    first = {**os.environ, "A2A_GATEWAY_ENCRYPTION_KEYS": generate_key()}
+    text = _output_until_listening(_gateway("--port", str(free_port()), "--data-dir", data), first)
+    assert "listening on" in text
+    other = {**os.environ, "A2A_GATEWAY_ENCRYPTION_KEYS": generate_key()}
+    done = subprocess.run(
+        _gateway("--port", str(free_port()), "--data-dir", data),
+        env=other,
+        capture_output=True,
+        text=True,
+        timeout=60,  # it used to hang here
+    )
+    assert done.returncode != 0
+    assert "sealed" in done.stderr and "Traceback" not in done.stderr

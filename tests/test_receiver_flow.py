@@ -31,3 +31,26 @@ async def test_input_required_flow_streams_over_sse(tmp_path: Path) -> None:
                 text += (await asyncio.wait_for(resp.content.readany(), 5)).decode()
         frames = sse_frames(text)
         assert frames and frames[-1]["data"]["taskId"] == task["id"]
+
+
+async def test_an_agent_url_written_another_way_works_for_subscribing_and_reading(
+    tmp_path: Path,
+) -> None:
+    """A client that subscribes with the agent's URL in capitals and a trailing slash
+    reads the task back with the same spelling (it is the same agent)."""
+    async with rig(tmp_path) as r:
+        task = await r.send("roll 2d6")
+        spelled = r.agent_url.replace("http://", "HTTP://") + "/"
+        async with r.session.post(
+            r.receiver_url + "/subscriptions",
+            json={"agentUrl": spelled, "taskId": task["id"]},
+            headers=r.api(),
+        ) as resp:
+            assert resp.status == 201, await resp.text()
+            assert (await resp.json())["agentUrl"] == r.agent_url.rstrip("/")
+        await r.wait_state(task["id"], "TASK_STATE_COMPLETED")
+        async with r.session.get(
+            f"{r.receiver_url}/tasks/{task['id']}", params={"agentUrl": spelled}, headers=r.api()
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["id"] == task["id"]

@@ -251,3 +251,34 @@ async def test_the_background_purge_during_an_outage_logs_one_line_per_try(
     assert len(tries) >= 2
     assert all(r.levelname == "WARNING" and r.exc_info is None for r in tries)
     assert "the database is unreachable" in tries[0].getMessage()
+
+
+class _OutcomeWriteHasABug(SQLiteStore):
+    """Writing an outcome fails once with an error that is not transient (a bug, bad
+    data): trying again after the lease would fail the same way, for ever."""
+
+    failures = 1
+
+    async def complete_and_claim_next(self, *args: Any, **kw: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise sqlite3.IntegrityError("NOT NULL constraint failed: deliveries.state")
+        return await super().complete_and_claim_next(*args, **kw)
+
+
+async def test_an_outcome_write_failing_for_good_takes_the_internal_error_path(
+    make: Make, sink: WebhookSink, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only transient errors (timeouts, deadlocks, a busy file) leave a delivery to its
+    lease; a bug is logged with its traceback and the delivery is dead-lettered (to be
+    replayed once fixed), not sent again every lease period."""
+    n = await make(_OutcomeWriteHasABug(tmp_path / "bug.db"))
+    await n.register_config(
+        TaskPushNotificationConfig(url=sink.url("/hook")), owner="o", task_id="t1"
+    )
+    (delivery_id,) = (await n.publish("t1", status("t1"))).delivery_ids
+    await until(n, delivery_id, DeliveryState.DEAD)
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.last_error == "internal error: IntegrityError"
+    failed = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
 import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
@@ -53,14 +54,27 @@ _LOG_THROTTLE_SIZE = 10_000
 
 
 class _BookkeepingError(Exception):
-    """Writing a delivery's outcome (or handing it back) failed with an error the store
-    did not classify as an outage (a lock or statement timeout, a deadlock...). Treated
-    like an outage: nothing is decided, the lease runs out and the lane is claimed again;
-    the delivery is never dead-lettered for it (it may have been delivered)."""
+    """Writing a delivery's outcome (or handing it back) failed with a transient error
+    the store does not call an outage: a lock or statement timeout, a deadlock, a
+    serialization failure, a busy SQLite file. Treated like an outage: nothing is
+    decided, the lease runs out and the lane is claimed again; the delivery is never
+    dead-lettered for it (it may have been delivered). Any other error is a bug or bad
+    data, and takes the dispatcher's internal-error path (logged with its traceback)."""
 
     def __init__(self, cause: Exception) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.cause_type = type(cause).__name__
+
+
+# SQLSTATEs that say "try again": serialization failure, deadlock, lock not available,
+# query canceled (a statement_timeout or lock_timeout).
+_TRANSIENT_SQLSTATES: Final = frozenset({"40001", "40P01", "55P03", "57014"})
+
+
+def _transient(exc: Exception) -> bool:
+    if isinstance(exc, sqlite3.OperationalError | TimeoutError | ConnectionError):
+        return True  # (a busy or locked SQLite file; a connection lost mid-write)
+    return getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES
 
 
 @contextlib.contextmanager
@@ -70,6 +84,8 @@ def _bookkeeping() -> Iterator[None]:
     except (StoreUnavailableError, asyncio.CancelledError):
         raise
     except Exception as exc:
+        if not _transient(exc):
+            raise
         raise _BookkeepingError(exc) from None
 
 
@@ -659,6 +675,9 @@ class Dispatcher:
         level = logging.WARNING if kind == "dead" else logging.INFO
         if not webhook_log.isEnabledFor(level):
             return
+        note = self._throttled(delivery.config_key, kind)
+        if note is None and not outcome.disable_config:
+            return  # left out (counted): no work for a line nobody sees
         config = delivery.config
         # The URL's origin and the config's id: a webhook URL's path and query often hold
         # its secret (…/services/T0/B0/XXXX, ?token=…).
@@ -667,7 +686,6 @@ class Dispatcher:
             if config is not None
             else "webhook to a deleted push config"
         )
-        note = self._throttled(delivery.config_key, kind)
         n = outcome.attempts
         tries = f"{n} attempt{'' if n == 1 else 's'}"
         ids = f"delivery {delivery.id}, task {delivery.task_id}"

@@ -99,9 +99,18 @@ class Gateway:
         # role...) stops the start before the gateway's state, and a new signing key in
         # it, are created beside it. (The notifier's start opens it again: a no-op.)
         await self.notifier.store.open()
-        await self.state.open()
-        await self.reload_keys(starting=True)
-        await self.notifier.start()
+        try:
+            await self.state.open()
+            await self.reload_keys(starting=True)
+            await self.notifier.start()
+        except BaseException:
+            # aiohttp runs no cleanup for a startup that failed: close what is open, or
+            # its threads (aiosqlite's) keep the process from exiting.
+            with contextlib.suppress(Exception):
+                await self.state.close()
+            with contextlib.suppress(Exception):
+                await self.notifier.store.close()
+            raise
         self._key_watcher = asyncio.create_task(self._watch_keys(), name="gateway-keys")
 
     async def stop(self) -> None:
