@@ -282,3 +282,32 @@ async def test_an_outcome_write_failing_for_good_takes_the_internal_error_path(
     assert d is not None and d.last_error == "internal error: IntegrityError"
     failed = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failed and failed[0].exc_info is not None
+
+
+def test_which_outcome_write_errors_count_as_transient() -> None:
+    """A lock, a timeout, a deadlock, a lost connection: yes (the lease brings the
+    delivery back). A missing table or a read-only file: no (it would fail the same way
+    after every lease, re-sending the webhook each time)."""
+    asyncpg = pytest.importorskip("asyncpg")
+    from a2a_push.delivery.dispatcher import _transient
+
+    transient = [
+        sqlite3.OperationalError("database is locked"),
+        sqlite3.OperationalError("database table is locked"),
+        TimeoutError(),
+        ConnectionResetError(),
+        asyncpg.exceptions.LockNotAvailableError("lock timeout"),
+        asyncpg.exceptions.QueryCanceledError("statement timeout"),
+        asyncpg.exceptions.DeadlockDetectedError("deadlock"),
+        asyncpg.exceptions.SerializationError("could not serialize"),
+    ]
+    permanent = [
+        sqlite3.OperationalError("no such table: deliveries"),
+        sqlite3.OperationalError("attempt to write a readonly database"),
+        sqlite3.IntegrityError("NOT NULL constraint failed"),
+        asyncpg.exceptions.UniqueViolationError("duplicate key"),
+        asyncpg.exceptions.UndefinedTableError("no such relation"),
+        RuntimeError("a bug"),
+    ]
+    assert [_transient(e) for e in transient] == [True] * len(transient)
+    assert [_transient(e) for e in permanent] == [False] * len(permanent)

@@ -72,8 +72,13 @@ _TRANSIENT_SQLSTATES: Final = frozenset({"40001", "40P01", "55P03", "57014"})
 
 
 def _transient(exc: Exception) -> bool:
-    if isinstance(exc, sqlite3.OperationalError | TimeoutError | ConnectionError):
-        return True  # (a busy or locked SQLite file; a connection lost mid-write)
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True  # a connection lost or a call timed out mid-write
+    if isinstance(exc, sqlite3.OperationalError):
+        # A locked or busy file, not "no such table" or a read-only database: those
+        # would fail the same way after every lease.
+        text = str(exc).lower()
+        return "lock" in text or "busy" in text
     return getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES
 
 
