@@ -206,7 +206,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's process now has that pid: ours is gone, but unsure
+        return False  # another user's process has that pid now: ours is gone
     return True
 
 
@@ -241,11 +241,13 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         receiver._load_api_keys()
         await receiver.store.close()
 
-    # The port is checked first (bound as the workers bind it, then let go), so that a
-    # port that is taken stops the command before anything is written; a worker that
-    # still cannot bind (taken in between) fails the same way, and stops the others.
+    # The port is checked first (bound, then let go), so that a port that is taken
+    # stops the command before anything is written; a worker that still cannot bind
+    # (taken in between) fails the same way, and stops the others. Without
+    # SO_REUSEPORT: another receiver's workers (which set it) must count as taken, or
+    # two receivers would share the port and split each other's traffic.
     try:
-        for sock in _bind(settings, reuse_port=True):
+        for sock in _bind(settings, reuse_port=False):
             sock.close()
     except CannotListen as exc:
         print(f"receiver: error: {exc}", file=sys.stderr)

@@ -721,6 +721,8 @@ def test_workers_announce_once_and_go_when_the_supervisor_is_killed(tmp_path: Pa
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,  # whatever happens, the test can stop the whole group
+        # The killed supervisor cannot remove its metrics folder: let it be the test's.
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
         assert proc.stdout is not None
@@ -771,3 +773,23 @@ def test_an_agent_url_written_another_way_names_the_same_agent() -> None:
         "https://agent.example/a2a",
     ):
         assert settings.agent(url) is None, url
+
+
+def test_a_port_shared_by_another_receivers_workers_counts_as_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers set SO_REUSEPORT to share their port: a second receiver with workers must
+    not join them (it would take a share of the first one's webhooks and clients)."""
+    import socket
+
+    from receiver.cli import main
+
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as a worker does
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = _receiver_on(port, tmp_path / "data")[3:]
+        code = main([*argv, "--host", "127.0.0.1", "--workers", "2"])
+    assert code == 1
+    assert "address already in use" in capsys.readouterr().err

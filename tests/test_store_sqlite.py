@@ -404,3 +404,21 @@ async def test_a_closed_store_says_so_and_is_not_opened_again(tmp_path: Path) ->
         assert kept is not None and kept.id == "c1"
     finally:
         await again.close()
+
+
+async def test_an_error_that_would_recur_is_not_called_an_outage(tmp_path: Path) -> None:
+    """StoreUnavailableError means "try again later" (a dispatcher leaves the delivery to
+    its lease, a service answers 503): only for a file that cannot be written now. A
+    missing table would fail the same way every time: it reaches the caller as itself."""
+    store = SQLiteStore(tmp_path / "push.db")
+    await store.open()
+    try:
+        other = sqlite3.connect(tmp_path / "push.db")
+        other.execute("ALTER TABLE configs RENAME TO configs_gone")
+        other.commit()
+        other.close()
+        with pytest.raises(sqlite3.OperationalError, match="no such table") as caught:
+            await store.put_config(config("t1", id="c1"))
+        assert not isinstance(caught.value, StoreUnavailableError)
+    finally:
+        await store.close()

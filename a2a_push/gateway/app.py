@@ -98,8 +98,8 @@ class Gateway:
         # The outbox first: a database that cannot be used (not a database, no such
         # role...) stops the start before the gateway's state, and a new signing key in
         # it, are created beside it. (The notifier's start opens it again: a no-op.)
-        await self.notifier.store.open()
         try:
+            await self.notifier.store.open()
             await self.state.open()
             await self.reload_keys(starting=True)
             await self.notifier.start()

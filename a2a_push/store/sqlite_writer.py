@@ -23,7 +23,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..errors import StoreUnavailableError
 
@@ -273,17 +273,40 @@ class SQLiteWriter:
 
 
 def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
-    """Hand each queued write its result; SQLite operational errors (I/O, locks) become
-    StoreUnavailableError, which callers treat as transient."""
+    """Hand each queued write its result; SQLite errors that say the file cannot be
+    written now (I/O, a full disk, locks) become StoreUnavailableError, which callers
+    treat as transient. Others ("no such table", a read-only or corrupt file) stay
+    themselves: trying again later would fail the same way."""
     for (_, fut, _sync), (ok, value) in zip(batch, results, strict=True):
         if fut.done():
             continue
         if ok:
             fut.set_result(value)
-        elif isinstance(value, sqlite3.OperationalError):
+        elif isinstance(value, sqlite3.OperationalError) and _is_outage(value):
             fut.set_exception(_unavailable(value))
         else:
             fut.set_exception(value)
+
+
+_OUTAGES: Final = (
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR",
+    "SQLITE_FULL",
+    "SQLITE_CANTOPEN",
+    "SQLITE_PROTOCOL",
+    "SQLITE_NOMEM",
+    "SQLITE_INTERRUPT",
+)
+
+
+def _is_outage(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` says the file cannot be written now, rather than never."""
+    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+, errors from SQLite
+    if isinstance(name, str):
+        return name.startswith(_OUTAGES)
+    text = str(exc).lower()
+    return any(word in text for word in ("lock", "busy", "i/o", "disk is full", "unable to open"))
 
 
 def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
