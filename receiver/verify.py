@@ -36,7 +36,6 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -374,7 +373,7 @@ class JWKSCache:
                     "the JWK Set at %s could not be fetched (%s); webhooks signed with "
                     "keys not seen before get 503 until it can be",
                     _shown(self.url),
-                    _shown_error(exc, self.url),
+                    _shown(str(exc) or type(exc).__name__),
                 )
             finally:
                 self._fetched_at = time.monotonic()
@@ -396,7 +395,7 @@ class JWKSCache:
         try:
             url = await self._locate()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.info("could not find the JWK Set URL (will ask again): %s", _shown_error(exc))
+            log.info("could not find the JWK Set URL (will ask again): %s", _shown(str(exc)))
             return
         self.located = True
         if url is not None and url != self._url:
@@ -450,23 +449,10 @@ class JWKSCache:
         return data
 
 
-def _shown(url: str | None) -> str:
-    """A URL for the log, without any user-info (user:password@) it may carry."""
-    if url is None:
-        return "(none)"
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
-def _shown_error(exc: BaseException, *urls: str | None) -> str:
-    """``exc`` as text, with the user-info of any URL it repeats taken out."""
-    text = str(exc) or type(exc).__name__
-    for url in urls:
-        if url and "@" in urlsplit(url).netloc:
-            text = text.replace(url, _shown(url))
-    return _USERINFO.sub("://", text)
+def _shown(text: str | None) -> str:
+    """A URL, or an error message that repeats one, for the log: any user-info
+    (``user:password@``) taken out."""
+    return "(none)" if text is None else _USERINFO.sub("://", text)
 
 
 _USERINFO: Final = re.compile(r"://[^/@\s]*@")

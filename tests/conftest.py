@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from a2a_push.store import MemoryStore, SQLiteStore, Store, StoredConfig, StoreOptions
+from a2a_push.testing import WebhookSink
 
 BACKENDS = ["memory", "sqlite", "postgres"]
 
@@ -35,6 +36,13 @@ def make_store(kind: str, tmp_path: Path, options: StoreOptions | None = None) -
 
         return PostgresStore(require_postgres(), options, schema=postgres_schema())
     raise AssertionError(kind)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[WebhookSink]:
+    """A webhook sink on 127.0.0.1 (a module may define its own ``sink`` instead)."""
+    async with WebhookSink() as s:
+        yield s
 
 
 @pytest.fixture(params=BACKENDS)

@@ -37,12 +37,6 @@ A2A_HEADERS = {"A2A-Version": "1.0"}
 
 
 @pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
-
-
-@pytest.fixture
 async def agent() -> AsyncIterator[RunningAgent]:
     async with serve_agent("127.0.0.1", 0, allow_webhook_hosts=["127.0.0.1"]) as running:
         yield running

@@ -81,12 +81,6 @@ async def agent(tmp_path: Path) -> AsyncIterator[RunningAgent]:
 
 
 @pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
-
-
-@pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=TIMEOUT) as c:
         yield c

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +53,6 @@ async def make_agent(aiohttp_client: Any, tmp_path: Path) -> MakeAgent:
 @pytest.fixture
 async def agent(make_agent: MakeAgent) -> Client:
     return await make_agent()
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
 
 
 # ---- helpers -------------------------------------------------------------------------

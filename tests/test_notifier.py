@@ -75,12 +75,6 @@ def hook(sink: WebhookSink, path: str = "/hook", **kw: Any) -> TaskPushNotificat
 
 
 @pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
-
-
-@pytest.fixture
 async def make_notifier(tmp_path: Path) -> AsyncIterator[MakeNotifier]:
     made: list[PushNotifier] = []
 

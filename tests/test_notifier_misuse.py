@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,6 @@ def working(task_id: str = "t1") -> TaskStatusUpdateEvent:
     return TaskStatusUpdateEvent(
         task_id=task_id, context_id="ctx", status=TaskStatus(state=TaskState.WORKING)
     )
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +40,6 @@ def status(task_id: str) -> TaskStatusUpdateEvent:
     return TaskStatusUpdateEvent(
         task_id=task_id, context_id="c", status=TaskStatus(state=TaskState.WORKING)
     )
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
 
 
 async def _until_dead(db: Path, delivery_id: str) -> None:

@@ -41,12 +41,6 @@ def status(task_id: str, state: TaskState = TaskState.WORKING) -> TaskStatusUpda
 
 
 @pytest.fixture
-async def sink() -> AsyncIterator[WebhookSink]:
-    async with WebhookSink() as s:
-        yield s
-
-
-@pytest.fixture
 async def make(tmp_path: Path) -> AsyncIterator[Make]:
     made: list[PushNotifier] = []
 
