@@ -10,7 +10,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from a2a_push.store.sql import migrate_sqlite, queries
 from a2a_push.store.sqlite import create_private_file
-from a2a_push.store.sqlite_writer import SQLiteWriter
+from a2a_push.store.sqlite_writer import SQLiteWriter, prepare_writer_connection
 
 from .store import (
     Notification,
@@ -62,10 +62,9 @@ class SQLiteReceiverStore(ReceiverStore):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA busy_timeout = 5000")
         migrate_sqlite(conn, _PACKAGE)
-        conn.execute("PRAGMA synchronous = NORMAL")
-        # The writer never waits for a lock held by another process (another worker) on
-        # the event loop: it backs off asynchronously instead (see a2a_push.store.sqlite_writer).
-        conn.execute("PRAGMA busy_timeout = 0")
+        # The writer never waits for a lock held by another process (another worker) nor
+        # checkpoints on the event loop (see a2a_push.store.sqlite_writer).
+        prepare_writer_connection(conn)
         self._conn = conn
         reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         reader.row_factory = sqlite3.Row

@@ -422,3 +422,66 @@ async def test_an_error_that_would_recur_is_not_called_an_outage(tmp_path: Path)
         assert not isinstance(caught.value, StoreUnavailableError)
     finally:
         await store.close()
+
+
+async def test_the_wal_starts_over_while_writes_keep_coming(tmp_path: Path) -> None:
+    """A checkpoint that runs alongside writes never catches up with them, and SQLite
+    reuses the WAL from its start only once all of it is copied: without the writer's
+    own catch-up, the WAL would hold everything written (here 48 MiB) until writes stop."""
+    import asyncio
+    import os
+
+    from a2a_push.store.sqlite_writer import prepare_writer_connection
+
+    db = tmp_path / "steady.db"
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+    prepare_writer_connection(conn)
+    writer = SQLiteWriter(
+        conn,
+        f"{db}-wal",
+        durable=False,
+        name="steady",
+        checkpoint_every=0.02,
+        wal_catch_up_bytes=512 * 1024,
+    )
+    writer.start()
+    blob = os.urandom(4096)
+    try:
+
+        async def producer(rows: int) -> None:
+            for _ in range(rows):
+                await writer.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", (blob,)))
+
+        # Four producers keep the writer's queue from ever running dry.
+        await asyncio.wait_for(asyncio.gather(*(producer(3072) for _ in range(4))), 60)
+        wal_bytes = Path(f"{db}-wal").stat().st_size  # noqa: ASYNC240
+        (rows,) = conn.execute("SELECT count(*) FROM t").fetchone()
+    finally:
+        await writer.close()
+        conn.close()
+    assert rows == 4 * 3072  # 48 MiB of blobs
+    assert writer.catch_ups >= 2
+    assert wal_bytes < 20 * 1024 * 1024, f"the WAL grew to {wal_bytes:,} bytes"
+
+
+async def test_writers_leave_checkpoints_off_the_event_loop(tmp_path: Path) -> None:
+    """Both SQLite stores write through connections that never checkpoint in a commit
+    (that would copy the WAL and fsync the database on the event loop) and that cut a
+    WAL file which has started over down to a bounded size."""
+    from receiver.sqlite_store import SQLiteReceiverStore
+
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        conn = store._conn
+        assert conn is not None
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 64 * 1024 * 1024
+    receiver_store = SQLiteReceiverStore(tmp_path / "receiver.db")
+    await receiver_store.open()
+    try:
+        conn = receiver_store._db()
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 64 * 1024 * 1024
+    finally:
+        await receiver_store.close()

@@ -46,15 +46,13 @@ from .paging import decode_page_token, encode_page_token
 from .rows import LEASED_UNTIL, RowMapping
 from .secrets import SecretBox
 from .sql import migrate_sqlite, queries
-from .sqlite_writer import SQLiteWriter
+from .sqlite_writer import SQLiteWriter, prepare_writer_connection
 
 T = TypeVar("T")
 _Q = queries("sqlite")
 # The writer's page cache, in KiB (SQLite's default is 2 MiB): enough for the hot index
 # pages of a large backlog, so claims and outcomes do not read them back from the file.
 _CACHE_KIB = 32 * 1024
-_CHECKPOINT_INTERVAL = 1.0  # seconds
-_CHECKPOINT_MIN_BATCHES = 1  # checkpoint after any write since the last one
 
 log = logging.getLogger("a2a_push.store.sqlite")
 
@@ -83,9 +81,7 @@ class SQLiteStore(RowMapping, Store):
         self._location = f"the SQLite file {self.path.resolve()}"
         self._synchronous = synchronous
         self._box = SecretBox(self.options.encryption_keys)
-        self._executor: ThreadPoolExecutor | None = None  # connect, close, checkpoints
-        self._checkpointer: asyncio.Task[None] | None = None
-        self._checkpointed_at_commit = 0
+        self._executor: ThreadPoolExecutor | None = None  # connect, close
         self._conn: sqlite3.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._writer: SQLiteWriter | None = None
@@ -104,9 +100,6 @@ class SQLiteStore(RowMapping, Store):
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="a2a-push-sqlite")
         loop = asyncio.get_running_loop()
         self._conn = await loop.run_in_executor(self._executor, self._connect_writer)
-        self._checkpointer = asyncio.create_task(
-            self._checkpoint_loop(), name="a2a-push-sqlite-checkpoint"
-        )
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA busy_timeout = 5000")
@@ -125,12 +118,7 @@ class SQLiteStore(RowMapping, Store):
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate_sqlite(conn)  # with the default synchronous=FULL: the schema is durable
-        # From here on commits do not fsync by themselves: the writer fsyncs the WAL
-        # file itself, off the event loop, for the batches that must be durable. Nor do
-        # they wait for a lock or checkpoint: the event loop must never block on either.
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA busy_timeout = 0")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        prepare_writer_connection(conn)
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         return conn
 
@@ -144,10 +132,6 @@ class SQLiteStore(RowMapping, Store):
         self._closed = True
         if self._writer is not None:
             await self._writer.close()
-        if self._checkpointer is not None:
-            self._checkpointer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._checkpointer
         if self._reader is not None:
             await self._reader.close()
         if self._executor is not None:
@@ -181,28 +165,6 @@ class SQLiteStore(RowMapping, Store):
         if self._closed or self._writer is None:
             raise StoreClosedError(self._not_open())
         return await self._writer.write(fn, sync=sync)
-
-    async def _checkpoint_loop(self) -> None:
-        """Move committed WAL frames into the database file now and then, on a thread."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(_CHECKPOINT_INTERVAL)
-            commits = self._writer.commits if self._writer is not None else 0
-            if commits - self._checkpointed_at_commit < _CHECKPOINT_MIN_BATCHES:
-                continue
-            self._checkpointed_at_commit = commits
-            try:
-                await loop.run_in_executor(self._executor, self._checkpoint)
-            except sqlite3.Error:
-                log.warning("WAL checkpoint failed; will try again", exc_info=True)
-
-    def _checkpoint(self) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            conn.close()
 
     async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         if self._closed or self._reader is None:

@@ -13,6 +13,16 @@ Failures never leave a caller waiting: a transaction that cannot start fails its
 (``StoreUnavailableError``) and the writer goes on; after a failed fsync (the kernel may
 have dropped pages that a later fsync would not report) or a connection stuck in a
 transaction, every write is refused until the process restarts.
+
+Checkpoints (copying the WAL back into the database file) are the writer's too, since
+only it can make the WAL start over. While writes happen, a thread checkpoints every
+``_CHECKPOINT_EVERY`` seconds on a connection of its own, alongside the writes; but a
+checkpoint that runs alongside writes never catches up with them, and SQLite reuses the
+WAL from its start only once everything in it has been copied. So once the WAL holds
+more than ``_WAL_CATCH_UP_BYTES``, the writer itself checkpoints what the thread could
+not, between two batches, off the event loop (writes queue meanwhile, for a few
+milliseconds: the thread has copied the rest). Without this the WAL grows as long as
+writes keep coming (gigabytes under steady load), and so does every reader's work.
 """
 
 from __future__ import annotations
@@ -31,17 +41,41 @@ T = TypeVar("T")
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
 _MAX_BATCH = 512
 _GATHER_TURNS = 8
+_CHECKPOINT_EVERY: Final = 1.0  # seconds between checkpoints while writes happen
+# Past this much WAL the writer catches up, so that the WAL starts over (see above).
+_WAL_CATCH_UP_BYTES: Final = 32 * 1024 * 1024
+# After it starts over, a WAL file larger than this is truncated to it.
+_WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 
 log = logging.getLogger("a2a_push.store.sqlite")
 
 
+def prepare_writer_connection(conn: sqlite3.Connection) -> None:
+    """Settings of the connection a :class:`SQLiteWriter` writes with, in WAL mode, once
+    its schema is migrated. Its commits neither fsync (the writer fsyncs the WAL itself,
+    off the event loop, for the batches that must be durable), nor wait for a lock, nor
+    checkpoint (the writer does, off the event loop): the event loop never blocks on
+    any of them."""
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA busy_timeout = 0")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
+
+
 class SQLiteWriter:
-    """Runs queued write functions on ``conn`` (a connection with ``synchronous=NORMAL``
-    and ``busy_timeout=0``) in group commits; fsyncs the WAL at ``wal_path`` for batches
-    holding a durable write when ``durable``."""
+    """Runs queued write functions on ``conn`` (set up by
+    :func:`prepare_writer_connection`) in group commits; fsyncs the WAL at ``wal_path``
+    for batches holding a durable write when ``durable``; checkpoints the WAL."""
 
     def __init__(
-        self, conn: sqlite3.Connection, wal_path: str, *, durable: bool, name: str
+        self,
+        conn: sqlite3.Connection,
+        wal_path: str,
+        *,
+        durable: bool,
+        name: str,
+        checkpoint_every: float = _CHECKPOINT_EVERY,
+        wal_catch_up_bytes: int = _WAL_CATCH_UP_BYTES,
     ) -> None:
         self._conn = conn
         self._durable = durable
@@ -57,17 +91,45 @@ class SQLiteWriter:
         self._broken: StoreUnavailableError | None = None
         self._in_hand: list[_Op] = []  # the batch being committed
         self._wal_path = wal_path
-        self.commits = 0  # batches committed (the notifier's checkpoints read it)
+        self.commits = 0  # batches committed
+        self._checkpoint_every = checkpoint_every
+        self._wal_catch_up_bytes = wal_catch_up_bytes
+        self._checkpointer: asyncio.Task[None] | None = None
+        self._checkpoint_thread: ThreadPoolExecutor | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None  # used on that thread
+        self._checkpoint_failing = False
+        self._catch_up = False  # the writer checkpoints between its next two batches
+        self._frame_bytes = 4096 + 24  # a WAL frame: a page and its header (see start)
+        self.wal_frames = 0  # frames in the WAL at the last checkpoint
+        self.catch_ups = 0  # checkpoints the writer made (for tests and debug_state)
 
     def start(self) -> None:
         self._wal_fd = os.open(self._wal_path, os.O_RDONLY)
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-fsync")
         self._task = asyncio.create_task(self._writer_loop(), name=f"{self._name}-writer")
+        self._frame_bytes = 24 + int(self._conn.execute("PRAGMA page_size").fetchone()[0])
+        self._checkpoint_thread = ThreadPoolExecutor(
+            1, thread_name_prefix=f"{self._name}-checkpoint"
+        )
+        self._checkpointer = asyncio.create_task(
+            self._checkpoint_loop(), name=f"{self._name}-checkpoints"
+        )
 
     async def close(self) -> None:
         """Finish what is queued, then stop (whatever state the writer is in)."""
         self._closed = True
         self._wake.set()
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            try:
+                await self._checkpointer
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:
+                log.error("%s: the checkpoint loop had stopped: %s", self._name, exc)
+        if self._checkpoint_thread is not None:
+            # A checkpoint under way finishes first (it is never cut off midway).
+            await asyncio.get_running_loop().run_in_executor(None, self._stop_checkpoints)
         if self._task is not None:
             try:
                 await self._task
@@ -106,6 +168,8 @@ class SQLiteWriter:
             "writer_broken": str(self._broken) if self._broken else None,
             "queued": len(self._queue),
             "wake_set": self._wake.is_set(),
+            "wal_frames": self.wal_frames,
+            "checkpoints_failing": self._checkpoint_failing,
         }
 
     async def _writer_loop(self) -> None:
@@ -121,6 +185,10 @@ class SQLiteWriter:
                         # without blocking the event loop, then try the same batch again.
                         self._queue[:0] = batch
                         await asyncio.sleep(0.005)
+                    elif self._catch_up:
+                        await self._catch_up_checkpoint()
+                if self._catch_up:
+                    await self._catch_up_checkpoint()
                 if self._closed:
                     return
         except BaseException as exc:
@@ -133,6 +201,86 @@ class SQLiteWriter:
             stranded, self._queue = self._in_hand + self._queue, []
             _settle(stranded, [(False, self._broken)] * len(stranded))
             raise
+
+    # ---- checkpoints ---------------------------------------------------------------
+
+    async def _checkpoint_loop(self) -> None:
+        """While writes happen: checkpoint on a thread alongside them, and have the writer
+        catch up when the WAL has grown past ``wal_catch_up_bytes``."""
+        loop = asyncio.get_running_loop()
+        seen = self.commits
+        while True:
+            await asyncio.sleep(self._checkpoint_every)
+            if self.commits == seen:
+                continue
+            seen = self.commits
+            frames = await loop.run_in_executor(self._checkpoint_thread, self._checkpoint_alongside)
+            if frames is not None:
+                self.wal_frames = frames
+                if frames * self._frame_bytes >= self._wal_catch_up_bytes:
+                    self._catch_up = True
+                    self._wake.set()
+
+    def _checkpoint_alongside(self) -> int | None:
+        """On the checkpoint thread: a PASSIVE checkpoint on its own connection (it waits
+        for no one); the number of frames in the WAL, or None after a failure."""
+        try:
+            if self._checkpoint_conn is None:
+                path = self._wal_path.removesuffix("-wal")
+                self._checkpoint_conn = sqlite3.connect(
+                    path, isolation_level=None, check_same_thread=False
+                )
+            frames = _checkpoint(self._checkpoint_conn)
+        except sqlite3.Error as exc:
+            self._checkpoint_failed(exc)
+            return None
+        self._checkpoint_worked()
+        return frames
+
+    async def _catch_up_checkpoint(self) -> None:
+        """Between two batches: checkpoint on the writer's connection, on the fsync
+        thread (idle between batches), while writes queue. With nothing written
+        meanwhile the checkpoint copies the whole WAL, and the next write starts it over
+        from the beginning (unless a reader still uses it: then the next catch-up)."""
+        self._catch_up = False
+        if self._broken is not None:
+            return
+        try:
+            frames = await asyncio.get_running_loop().run_in_executor(
+                self._syncer, _checkpoint, self._conn
+            )
+        except sqlite3.Error as exc:
+            self._checkpoint_failed(exc)
+            return
+        self._checkpoint_worked()
+        self.catch_ups += 1
+        self.wal_frames = frames
+
+    def _checkpoint_failed(self, exc: sqlite3.Error) -> None:
+        # One line when checkpoints start failing (a full or failing disk), not one a second.
+        if not self._checkpoint_failing:
+            self._checkpoint_failing = True
+            log.warning(
+                "%s: a WAL checkpoint failed (%s); trying again every %g s while writes "
+                "happen (the WAL file grows meanwhile)",
+                self._name,
+                exc,
+                self._checkpoint_every,
+            )
+
+    def _checkpoint_worked(self) -> None:
+        if self._checkpoint_failing:
+            self._checkpoint_failing = False
+            log.info("%s: WAL checkpoints work again", self._name)
+
+    def _stop_checkpoints(self) -> None:
+        assert self._checkpoint_thread is not None
+        self._checkpoint_thread.shutdown(wait=True)
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
+
+    # ---- batches ---------------------------------------------------------------------
 
     async def _commit_batch(self, batch: list[_Op]) -> bool:
         """Run and commit one batch and settle its callers; False when the write lock is
@@ -270,6 +418,13 @@ class SQLiteWriter:
             self._broken = StoreUnavailableError(
                 f"the SQLite connection cannot roll back ({exc}); restart the process"
             )
+
+
+def _checkpoint(conn: sqlite3.Connection) -> int:
+    """A PASSIVE checkpoint: it copies what it can without waiting for anyone; returns
+    the number of frames in the WAL."""
+    ((_busy, frames, _copied),) = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    return int(frames)
 
 
 def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
