@@ -12,9 +12,13 @@ from a2a_push.errors import SecretDecryptionError, StoreUnavailableError
 from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
 from a2a_push.store.sqlite_writer import SQLiteWriter
 
+from . import wal_writer_worker
 from .conftest import config, ids
 
 NOW = 1_700_000_000.0
+ROWS = 12_288  # 4 KiB blobs for the WAL tests
+WRITTEN = ROWS * wal_writer_worker.BLOB
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def raw_bytes(db: Path) -> bytes:
@@ -428,42 +432,89 @@ async def test_the_wal_starts_over_while_writes_keep_coming(tmp_path: Path) -> N
     """A checkpoint that runs alongside writes never catches up with them, and SQLite
     reuses the WAL from its start only once all of it is copied: without the writer's
     own catch-up, the WAL would hold everything written (here 48 MiB) until writes stop."""
-    import asyncio
-    import os
-
-    from a2a_push.store.sqlite_writer import prepare_writer_connection
-
     db = tmp_path / "steady.db"
+    wal_writer_worker.create(db)
+    result = await wal_writer_worker.write_steadily(db, ROWS)
+    assert result.writer_restarts >= 2
+    assert result.header_restarts >= 2
+    assert result.largest_wal < WRITTEN, f"the WAL grew to {result.largest_wal:,} bytes"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == ROWS
+
+
+async def test_the_wal_starts_over_with_two_processes_writing(tmp_path: Path) -> None:
+    """As the receiver's workers do: each process's writer catches up with a RESTART
+    checkpoint, which holds the other's writes off until the WAL is copied (a PASSIVE
+    one would never finish while the other process writes)."""
+    import asyncio
+    import json
+    import sys
+
+    db = tmp_path / "shared.db"
+    wal_writer_worker.create(db)
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.wal_writer_worker",
+            str(db),
+            str(ROWS // 2),
+            stdout=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+        )
+        for _ in range(2)
+    ]
+    outputs = [await asyncio.wait_for(p.communicate(), 150) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    results = [json.loads(out) for out, _ in outputs]
+    assert max(r["header_restarts"] for r in results) >= 2
+    largest = max(r["largest_wal"] for r in results)
+    assert largest < WRITTEN, f"the WAL grew to {largest:,} bytes"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == ROWS
+
+
+def test_a_catch_up_starts_the_wal_over_while_another_connection_keeps_writing(
+    tmp_path: Path,
+) -> None:
+    """The catch-up holds other connections' (processes') writes off until the WAL is
+    copied, then makes the first write of the new WAL itself."""
+    import threading
+    import time
+
+    from a2a_push.store.sqlite_writer import _restart_wal, prepare_writer_connection
+
+    db = tmp_path / "shared.db"
+    wal_writer_worker.create(db)
     conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
     prepare_writer_connection(conn)
-    writer = SQLiteWriter(
-        conn,
-        f"{db}-wal",
-        durable=False,
-        name="steady",
-        checkpoint_every=0.02,
-        wal_catch_up_bytes=512 * 1024,
-    )
-    writer.start()
-    blob = os.urandom(4096)
+    stop = threading.Event()
+    written = threading.Event()
+
+    def other_process() -> None:
+        other = sqlite3.connect(db, isolation_level=None, timeout=10)
+        try:
+            while not stop.is_set():
+                other.execute("INSERT INTO t (v) VALUES (randomblob(4096))")
+                written.set()
+                time.sleep(0.001)  # a group-commit writer's pause between commits
+        finally:
+            other.close()
+
+    writing = threading.Thread(target=other_process)
+    writing.start()
+    starts: list[int] = []
     try:
-
-        async def producer(rows: int) -> None:
-            for _ in range(rows):
-                await writer.write(lambda c: c.execute("INSERT INTO t (v) VALUES (?)", (blob,)))
-
-        # Four producers keep the writer's queue from ever running dry.
-        await asyncio.wait_for(asyncio.gather(*(producer(3072) for _ in range(4))), 60)
-        wal_bytes = Path(f"{db}-wal").stat().st_size  # noqa: ASYNC240
-        (rows,) = conn.execute("SELECT count(*) FROM t").fetchone()
+        assert written.wait(10)
+        for _ in range(5):
+            before = wal_writer_worker.wal_restarts(db)
+            assert _restart_wal(conn)
+            starts.append(wal_writer_worker.wal_restarts(db) - before)
     finally:
-        await writer.close()
+        stop.set()
+        writing.join()
         conn.close()
-    assert rows == 4 * 3072  # 48 MiB of blobs
-    assert writer.catch_ups >= 2
-    assert wal_bytes < 20 * 1024 * 1024, f"the WAL grew to {wal_bytes:,} bytes"
+    assert all(n >= 1 for n in starts), starts
 
 
 async def test_writers_leave_checkpoints_off_the_event_loop(tmp_path: Path) -> None:

@@ -19,10 +19,11 @@ only it can make the WAL start over. While writes happen, a thread checkpoints e
 ``_CHECKPOINT_EVERY`` seconds on a connection of its own, alongside the writes; but a
 checkpoint that runs alongside writes never catches up with them, and SQLite reuses the
 WAL from its start only once everything in it has been copied. So once the WAL holds
-more than ``_WAL_CATCH_UP_BYTES``, the writer itself checkpoints what the thread could
-not, between two batches, off the event loop (writes queue meanwhile, for a few
-milliseconds: the thread has copied the rest). Without this the WAL grows as long as
-writes keep coming (gigabytes under steady load), and so does every reader's work.
+more than ``_WAL_CATCH_UP_BYTES``, the writer catches up between two batches, off the
+event loop (see ``_restart_wal``): it holds writes off, this process's and any other's,
+while it copies what the thread could not (milliseconds; tens on a slow disk), then
+starts the WAL over. Without this the WAL grows as long as writes keep coming
+(gigabytes under steady load), and so does every reader's work.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ _CHECKPOINT_EVERY: Final = 1.0  # seconds between checkpoints while writes happe
 _WAL_CATCH_UP_BYTES: Final = 32 * 1024 * 1024
 # After it starts over, a WAL file larger than this is truncated to it.
 _WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
+# How long a catch-up waits for other processes' transactions on the file.
+_CATCH_UP_WAIT_MS: Final = 100
 
 log = logging.getLogger("a2a_push.store.sqlite")
 
@@ -101,7 +104,7 @@ class SQLiteWriter:
         self._catch_up = False  # the writer checkpoints between its next two batches
         self._frame_bytes = 4096 + 24  # a WAL frame: a page and its header (see start)
         self.wal_frames = 0  # frames in the WAL at the last checkpoint
-        self.catch_ups = 0  # checkpoints the writer made (for tests and debug_state)
+        self.wal_restarts = 0  # catch-ups that started the WAL over
 
     def start(self) -> None:
         self._wal_fd = os.open(self._wal_path, os.O_RDONLY)
@@ -124,9 +127,9 @@ class SQLiteWriter:
             try:
                 await self._checkpointer
             except asyncio.CancelledError:
-                pass
-            except Exception as exc:
-                log.error("%s: the checkpoint loop had stopped: %s", self._name, exc)
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # close() itself was cancelled
         if self._checkpoint_thread is not None:
             # A checkpoint under way finishes first (it is never cut off midway).
             await asyncio.get_running_loop().run_in_executor(None, self._stop_checkpoints)
@@ -169,6 +172,8 @@ class SQLiteWriter:
             "queued": len(self._queue),
             "wake_set": self._wake.is_set(),
             "wal_frames": self.wal_frames,
+            "wal_restarts": self.wal_restarts,
+            "checkpoints_running": self._checkpointer is not None and not self._checkpointer.done(),
             "checkpoints_failing": self._checkpoint_failing,
         }
 
@@ -214,7 +219,13 @@ class SQLiteWriter:
             if self.commits == seen:
                 continue
             seen = self.commits
-            frames = await loop.run_in_executor(self._checkpoint_thread, self._checkpoint_alongside)
+            try:
+                frames = await loop.run_in_executor(
+                    self._checkpoint_thread, self._checkpoint_alongside
+                )
+            except Exception as exc:  # never let checkpoints stop for good
+                self._checkpoint_failed(exc)
+                continue
             if frames is not None:
                 self.wal_frames = frames
                 if frames * self._frame_bytes >= self._wal_catch_up_bytes:
@@ -223,47 +234,50 @@ class SQLiteWriter:
 
     def _checkpoint_alongside(self) -> int | None:
         """On the checkpoint thread: a PASSIVE checkpoint on its own connection (it waits
-        for no one); the number of frames in the WAL, or None after a failure."""
+        for no one); the number of frames in the WAL, or None when it could not run (a
+        failure, or another connection's checkpoint under way)."""
         try:
             if self._checkpoint_conn is None:
                 path = self._wal_path.removesuffix("-wal")
                 self._checkpoint_conn = sqlite3.connect(
                     path, isolation_level=None, check_same_thread=False
                 )
-            frames = _checkpoint(self._checkpoint_conn)
+            ((busy, frames, _copied),) = self._checkpoint_conn.execute(
+                "PRAGMA wal_checkpoint(PASSIVE)"
+            ).fetchall()
         except sqlite3.Error as exc:
             self._checkpoint_failed(exc)
             return None
         self._checkpoint_worked()
-        return frames
+        return None if busy else int(frames)
 
     async def _catch_up_checkpoint(self) -> None:
-        """Between two batches: checkpoint on the writer's connection, on the fsync
-        thread (idle between batches), while writes queue. With nothing written
-        meanwhile the checkpoint copies the whole WAL, and the next write starts it over
-        from the beginning (unless a reader still uses it: then the next catch-up)."""
+        """Between two batches, on the fsync thread (idle between batches), while this
+        process's writes queue: see :func:`_restart_wal`."""
         self._catch_up = False
         if self._broken is not None:
             return
         try:
-            frames = await asyncio.get_running_loop().run_in_executor(
-                self._syncer, _checkpoint, self._conn
+            restarted = await asyncio.get_running_loop().run_in_executor(
+                self._syncer, _restart_wal, self._conn
             )
         except sqlite3.Error as exc:
             self._checkpoint_failed(exc)
             return
         self._checkpoint_worked()
-        self.catch_ups += 1
-        self.wal_frames = frames
+        if restarted:
+            self.wal_restarts += 1
+            self.wal_frames = 0
 
-    def _checkpoint_failed(self, exc: sqlite3.Error) -> None:
+    def _checkpoint_failed(self, exc: Exception) -> None:
         # One line when checkpoints start failing (a full or failing disk), not one a second.
         if not self._checkpoint_failing:
             self._checkpoint_failing = True
             log.warning(
-                "%s: a WAL checkpoint failed (%s); trying again every %g s while writes "
-                "happen (the WAL file grows meanwhile)",
+                "%s: a WAL checkpoint failed (%s: %s); trying again every %g s while "
+                "writes happen (the WAL file grows meanwhile)",
                 self._name,
+                type(exc).__name__,
                 exc,
                 self._checkpoint_every,
             )
@@ -420,11 +434,36 @@ class SQLiteWriter:
             )
 
 
-def _checkpoint(conn: sqlite3.Connection) -> int:
-    """A PASSIVE checkpoint: it copies what it can without waiting for anyone; returns
-    the number of frames in the WAL."""
-    ((_busy, frames, _copied),) = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    return int(frames)
+def _restart_wal(conn: sqlite3.Connection) -> bool:
+    """Copy the whole WAL back and start it over (the writer's catch-up); False when
+    other connections kept it from finishing (then the next catch-up tries again).
+
+    A RESTART checkpoint waits (at most ``_CATCH_UP_WAIT_MS``) for other processes'
+    writes and reads of the WAL to end and holds theirs off meanwhile: a PASSIVE one
+    would never finish while another process keeps writing. The first write after a
+    restart fsyncs the new WAL header, so a no-op write (``user_version`` set to itself)
+    makes it here, on this thread, rather than in the next batch on the event loop."""
+    conn.execute(f"PRAGMA busy_timeout = {_CATCH_UP_WAIT_MS}")
+    try:
+        ((busy, _frames, _copied),) = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        if busy:
+            return False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return True  # another process writes first (and syncs the header itself)
+            raise
+        try:
+            ((version,),) = conn.execute("PRAGMA user_version").fetchall()
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return True
+    finally:
+        conn.execute("PRAGMA busy_timeout = 0")
 
 
 def _settle(batch: Sequence[_Op], results: Sequence[tuple[bool, Any]]) -> None:
