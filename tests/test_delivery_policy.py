@@ -110,6 +110,24 @@ def test_failed_probe_reopens_with_a_longer_cool_down() -> None:
     assert h.admit(e, now=31) == 55  # capped at 25 s
 
 
+def test_endpoints_that_stopped_failing_long_ago_are_forgotten() -> None:
+    """Breakers of endpoints no longer tried (clients gone for good) do not pile up: the
+    claim loop walks every entry on each claim."""
+    h = EndpointHealth(failure_threshold=1, cool_down=10, max_cool_down=25, probe_timeout=30)
+    gone = [f"http://gone-{i}.example:80" for i in range(1000)]
+    for e in gone:
+        h.record_failure(e, now=1000)
+    still = "http://still-failing.example:80"
+    h.record_failure(still, now=1000)
+    assert len(h.states(now=1001)) == 1001
+    assert h.admit(still, now=1010) is None  # its probe, which fails again
+    h.record_failure(still, now=1100)
+    # 25 s open at most + 30 s for a probe: quiet for longer than that, forgotten.
+    assert set(h.states(now=1115)) == {still}
+    assert h.open_endpoints(now=1115) == {still}  # open until 1120
+    assert h.admit(gone[0], now=1115) is None
+
+
 def test_secrets_stay_out_of_reprs() -> None:
     c = StoredConfig(
         key="k",

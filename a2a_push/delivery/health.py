@@ -16,6 +16,9 @@ from ..endpoints import endpoint_of
 __all__ = ["BreakerState", "EndpointHealth", "endpoint_of"]
 
 
+_PRUNE_EVERY = 60.0  # seconds
+
+
 class BreakerState(enum.StrEnum):
     CLOSED = "closed"
     OPEN = "open"
@@ -28,6 +31,7 @@ class _Endpoint:
     open_until: float = 0.0
     trips: int = 0
     probing_since: float | None = None
+    last_failure: float = 0.0
 
 
 class EndpointHealth:
@@ -48,6 +52,7 @@ class EndpointHealth:
         self.max_cool_down = max_cool_down
         self.probe_timeout = probe_timeout
         self._endpoints: dict[str, _Endpoint] = {}
+        self._pruned_at = float("-inf")
 
     def admit(self, endpoint: str, now: float | None = None) -> float | None:
         """None if a request may go now, else the time at which to try again."""
@@ -72,6 +77,7 @@ class EndpointHealth:
         e = self._endpoints.setdefault(endpoint, _Endpoint())
         e.failures += 1
         e.probing_since = None
+        e.last_failure = now
         if e.failures >= self.failure_threshold:
             e.trips += 1
             e.open_until = now + min(self.cool_down * 2 ** (e.trips - 1), self.max_cool_down)
@@ -86,6 +92,7 @@ class EndpointHealth:
     def open_endpoints(self, now: float | None = None) -> set[str]:
         """Endpoints whose breaker is open (not yet due for a probe)."""
         now = time.time() if now is None else now
+        self._prune(now)
         return {
             key
             for key, e in self._endpoints.items()
@@ -95,6 +102,7 @@ class EndpointHealth:
     def next_reopen(self, now: float | None = None) -> float | None:
         """When the first open breaker lets a probe through (None when none is open)."""
         now = time.time() if now is None else now
+        self._prune(now)
         times = [
             e.open_until
             for e in self._endpoints.values()
@@ -103,4 +111,19 @@ class EndpointHealth:
         return min(times) if times else None
 
     def states(self, now: float | None = None) -> dict[str, BreakerState]:
+        now = time.time() if now is None else now
+        self._prune(now)
         return {key: self.state(key, now) for key in self._endpoints}
+
+    def _prune(self, now: float) -> None:
+        """Forget endpoints that have not failed for longer than any breaker stays open
+        plus a probe's time (at most once a minute). Without this every endpoint that
+        ever failed and was never tried again (a client gone for good, its config
+        disabled) would stay, and the claim loop walks them all on every claim."""
+        if now - self._pruned_at < _PRUNE_EVERY:
+            return
+        self._pruned_at = now
+        quiet = self.max_cool_down + self.probe_timeout
+        stale = [key for key, e in self._endpoints.items() if now - e.last_failure > quiet]
+        for key in stale:
+            del self._endpoints[key]
