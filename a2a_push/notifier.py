@@ -280,9 +280,12 @@ class PushNotifier:
                 total += n
                 if n < 1000:
                     break
-        await self.store.purge_idempotency_keys(
-            created_before=now - self.retention.idempotency_keys
-        )
+        while True:  # the same for idempotency keys (one per publish that gave one)
+            n = await self.store.purge_idempotency_keys(
+                created_before=now - self.retention.idempotency_keys, limit=1000
+            )
+            if n < 1000:
+                break
         return total
 
     async def _purge_old(self) -> None:

@@ -246,8 +246,9 @@ class Outbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def purge_idempotency_keys(self, *, created_before: float) -> int:
-        """Forget idempotency keys recorded before the time given; returns how many."""
+    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
+        """Forget at most ``limit`` idempotency keys recorded before the time given (the
+        oldest first); returns how many. Callers repeat while it returns ``limit``."""
 
     @abc.abstractmethod
     async def claim_due(

@@ -168,8 +168,9 @@ class MemoryStore(Store):
             self._idempotency[idempotency_key] = (seq, list(ids), at)
         return seq, ids
 
-    async def purge_idempotency_keys(self, *, created_before: float) -> int:
-        doomed = [k for k, (_, _, at) in self._idempotency.items() if at < created_before]
+    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
+        old = [(at, k) for k, (_, _, at) in self._idempotency.items() if at < created_before]
+        doomed = [k for _, k in sorted(old)[:limit]]
         for key in doomed:
             del self._idempotency[key]
         return len(doomed)

@@ -619,9 +619,9 @@ class PostgresStore(RowMapping, Store):
                 await self._notify(conn)
         return seq, ids
 
-    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
         async with self._transaction() as conn:
-            status = await conn.execute(_Q["purge_idempotency_keys"], created_before)
+            status = await conn.execute(_Q["purge_idempotency_keys"], created_before, limit)
         return int(status.split()[-1])
 
     async def claim_due(

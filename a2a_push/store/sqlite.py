@@ -437,9 +437,9 @@ class SQLiteStore(RowMapping, Store):
 
         return await self._write(op, sync=False)
 
-    async def purge_idempotency_keys(self, *, created_before: float) -> int:
+    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
         def op(conn: sqlite3.Connection) -> int:
-            return conn.execute(_Q["purge_idempotency_keys"], (created_before,)).rowcount
+            return conn.execute(_Q["purge_idempotency_keys"], (created_before, limit)).rowcount
 
         return await self._write(op, sync=False)
 

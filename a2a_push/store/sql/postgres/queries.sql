@@ -272,4 +272,7 @@ SELECT seq, ids FROM idempotency_keys WHERE key = $1;
 INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES ($1, $2, $3, $4);
 
 -- name: purge_idempotency_keys
-DELETE FROM idempotency_keys WHERE created_at < $1;
+-- At most $2 of them (the oldest first), so a purge never holds locks for long.
+DELETE FROM idempotency_keys WHERE key IN (
+    SELECT key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2
+);

@@ -205,4 +205,7 @@ SELECT seq, ids FROM idempotency_keys WHERE key = ?;
 INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?, ?, ?, ?);
 
 -- name: purge_idempotency_keys
-DELETE FROM idempotency_keys WHERE created_at < ?;
+-- At most ? of them (the oldest first), so a purge never holds the writer for long.
+DELETE FROM idempotency_keys WHERE key IN (
+    SELECT key FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?
+);
