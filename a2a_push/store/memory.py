@@ -42,6 +42,9 @@ class MemoryStore(Store):
         self.options = options or StoreOptions()
         self._configs: dict[str, StoredConfig] = {}
         self._config_index: dict[tuple[str, str, str], str] = {}
+        # task id -> its configs' keys, in the order stored (a dict as an ordered set):
+        # publishes look a task's configs up without walking every config.
+        self._by_task: dict[str, dict[str, None]] = {}
         self._deliveries: dict[str, Delivery] = {}
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._task_seq: dict[str, int] = {}
@@ -66,7 +69,7 @@ class MemoryStore(Store):
         index = (config.task_id, config.owner, config.id)
         existing_key = self._config_index.get(index)
         if existing_key is None:
-            count = sum(1 for c in self._configs.values() if c.task_id == config.task_id)
+            count = len(self._by_task.get(config.task_id, ()))
             if count >= self.options.max_configs_per_task:
                 raise TooManyConfigsError(config.task_id, self.options.max_configs_per_task)
             stored = config
@@ -76,6 +79,7 @@ class MemoryStore(Store):
             stored = replace(config, key=existing_key, created_at=old.created_at)
         self._configs[stored.key] = stored
         self._config_index[index] = stored.key
+        self._by_task.setdefault(stored.task_id, {})[stored.key] = None
         if initial is not None:
             self._enqueue(
                 stored.task_id,
@@ -99,7 +103,7 @@ class MemoryStore(Store):
     ) -> tuple[list[StoredConfig], str | None]:
         after = decode_page_token(page_token)
         matching = sorted(
-            (c for c in self._configs.values() if c.task_id == task_id and c.owner == owner),
+            (c for c in self._task_configs(task_id) if c.owner == owner),
             key=lambda c: c.id,
         )
         if after is not None:
@@ -114,10 +118,17 @@ class MemoryStore(Store):
             return False
         self._dead_letter_config(key, "config deleted", time.time())
         del self._configs[key]
+        keys = self._by_task[task_id]
+        del keys[key]
+        if not keys:
+            del self._by_task[task_id]
         return True
 
+    def _task_configs(self, task_id: str) -> list[StoredConfig]:
+        return [self._configs[key] for key in self._by_task.get(task_id, ())]
+
     async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
-        return [c for c in self._configs.values() if c.task_id == task_id and c.enabled]
+        return [c for c in self._task_configs(task_id) if c.enabled]
 
     async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
         config = self._configs.get(key)
@@ -188,10 +199,8 @@ class MemoryStore(Store):
         now = time.time() if now is None else now
         targets = [
             c
-            for c in self._configs.values()
-            if c.task_id == task_id
-            and c.enabled
-            and (only_config_key is None or c.key == only_config_key)
+            for c in self._task_configs(task_id)
+            if c.enabled and (only_config_key is None or c.key == only_config_key)
         ]
         if not targets:
             return 0, []
