@@ -74,11 +74,15 @@ class Retention:
     """How long finished deliveries are kept (seconds; None keeps them for ever).
 
     Dead letters are kept longer than delivered ones: they are what you replay.
+    ``final_tasks``: how long after a task's final event (a terminal state) its push
+    configs and sequence counter are kept; a task with a pending or dead delivery
+    keeps them until that settles or is purged.
     """
 
     delivered: float | None = 7 * 24 * 3600.0
     dead: float | None = 30 * 24 * 3600.0
     idempotency_keys: float = 24 * 3600.0  # how long a publish's idempotency key holds
+    final_tasks: float | None = 7 * 24 * 3600.0
     interval: float = 3600.0  # how often to purge; 0 turns the background purge off
 
 
@@ -286,6 +290,17 @@ class PushNotifier:
             )
             if n < 1000:
                 break
+        if self.retention.final_tasks is not None:
+            tasks = 0
+            while True:  # and for the configs of tasks finished long ago
+                n = await self.store.purge_final_tasks(
+                    final_before=now - self.retention.final_tasks, limit=1000
+                )
+                tasks += n
+                if n < 1000:
+                    break
+            if tasks:
+                log.info("retention: deleted the push configs of %d finished tasks", tasks)
         return total
 
     async def _purge_old(self) -> None:
@@ -395,6 +410,7 @@ class PushNotifier:
             idempotency_key=None
             if idempotency_key is None
             else _task_scoped_key(task_id, idempotency_key),
+            final=_is_final(event),
         )
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         self.metrics.events_published.labels(kind).inc()
@@ -719,6 +735,13 @@ def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeo
 
 
 # ---- rendering ----------------------------------------------------------------------------
+
+
+def _is_final(event: PushNotificationEvent) -> bool:
+    """Whether ``event`` puts its task in a terminal state (no event may follow)."""
+    if isinstance(event, Task | TaskStatusUpdateEvent):
+        return event.status.state.is_terminal
+    return False
 
 
 def _kind_of(event: PushNotificationEvent) -> str:

@@ -1118,6 +1118,30 @@ async def test_retention_purges_old_deliveries(
     assert await n.store.get_delivery(delivery_id) is None
 
 
+async def test_retention_deletes_the_configs_of_tasks_finished_long_ago(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    from a2a_push.notifier import Retention
+
+    n = await make_notifier(retention=Retention(final_tasks=3600, interval=0))
+    for task in ("finished", "working"):
+        await n.register_config(hook(sink), owner="o", task_id=task)
+    sent = [
+        *(await n.publish("finished", status("finished", TaskState.COMPLETED))).delivery_ids,
+        *(await n.publish("working", status("working", TaskState.INPUT_REQUIRED))).delivery_ids,
+    ]
+
+    async def all_delivered() -> bool:
+        return all([await _is(n, d, DeliveryState.DELIVERED) for d in sent])
+
+    await wait_until(all_delivered)
+    await n.purge_old_deliveries(now=time.time() + 60)
+    assert len(await n.store.configs_for_task("finished")) == 1  # finished only now
+    await n.purge_old_deliveries(now=time.time() + 3601)
+    assert await n.store.configs_for_task("finished") == []
+    assert len(await n.store.configs_for_task("working")) == 1  # may still go on
+
+
 def test_a_lease_shorter_than_a_claim_is_refused() -> None:
     from a2a_push.store import MemoryStore
 

@@ -590,6 +590,53 @@ async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
     assert stats.pending == 1 and stats.dead == 0 and stats.delivered == 0
 
 
+async def test_configs_of_tasks_finished_long_ago_are_purged_once_settled(store: Store) -> None:
+    """The retention of push configs: a task whose final event is older than the cut-off
+    loses its configs and counter, unless a delivery is pending or dead (a dead letter
+    keeps its config to be replayed)."""
+    for task in ("done", "dead", "pending", "working", "recent"):
+        await store.put_config(config(task, id="a"))
+        await store.put_config(config(task, id="b", owner="bob"))
+    for task in ("done", "dead", "pending"):
+        await store.enqueue(task, "statusUpdate", body_for, new_id=ids(), now=NOW)
+        await store.enqueue(task, "statusUpdate", body_for, new_id=ids(), now=NOW, final=True)
+    await store.enqueue("working", "statusUpdate", body_for, new_id=ids(), now=NOW)
+    await store.enqueue("recent", "task", body_for, new_id=ids(), now=NOW + 500, final=True)
+    # Settle everything of "done" and "recent", dead-letter one delivery of "dead".
+    for _ in range(4):
+        claimed = await store.claim_due(100, lease_seconds=30, worker_id="w", now=NOW + 1000)
+        outcomes = [
+            done(d, "dead", error="x") if d.task_id == "dead" and d.seq == 2 else done(d)
+            for d in claimed
+            if d.task_id != "pending"
+        ]
+        await store.complete(outcomes, now=NOW + 1000)
+    assert await store.purge_final_tasks(final_before=NOW) == 0  # finished at NOW
+    assert await store.purge_final_tasks(final_before=NOW + 1, limit=5) == 1
+    assert await store.configs_for_task("done") == []
+    assert await store.get_config("done", "a", "alice") is None
+    assert await store.list_configs("done", "bob") == ([], None)
+    for task in ("dead", "pending", "working", "recent"):
+        assert len(await store.configs_for_task(task)) == 2, task
+    # A dead letter replayed and delivered, the task's configs go too.
+    dead = await store.list_deliveries(DeliveryFilter(state=DeliveryState.DEAD))
+    assert len(dead) == 2  # seq 2 to both configs
+    assert await store.replay([d.id for d in dead], now=NOW + 2000) == 2
+    again = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 2000)
+    await store.complete([done(d) for d in again], now=NOW + 2000)
+    assert await store.purge_final_tasks(final_before=NOW + 1) == 1
+    assert await store.configs_for_task("dead") == []
+    # The delivered deliveries stay until their own retention; an event published
+    # after the purge (none should come after a final one) goes nowhere.
+    assert await store.list_deliveries(DeliveryFilter(task_id="done"))
+    assert await store.enqueue("done", "statusUpdate", body_for, new_id=ids(), now=NOW) == (
+        0,
+        [],
+    )
+    assert await store.purge_final_tasks(final_before=NOW + 10_000) == 1  # "recent"
+    assert len(await store.configs_for_task("pending")) == 2
+
+
 async def test_an_idempotency_key_makes_a_repeated_enqueue_return_the_first_result(
     store: Store,
 ) -> None:

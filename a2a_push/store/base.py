@@ -235,8 +235,12 @@ class Outbox(abc.ABC):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        final: bool = False,
     ) -> tuple[int, list[str]]:
         """Fan an event out to the task's enabled configs in one transaction.
+
+        ``final``: the event puts the task in a terminal state; the first such event's
+        time is kept for :meth:`purge_final_tasks`.
 
         Assigns the task's next sequence number and returns it with the delivery ids
         (empty, and no sequence number used, when the task has no configs).
@@ -244,6 +248,14 @@ class Outbox(abc.ABC):
         purged), nothing is enqueued and the first call's result is returned: a
         publish retried after a lost answer is not sent twice.
         """
+
+    @abc.abstractmethod
+    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
+        """Delete the configs and sequence counter of at most ``limit`` tasks whose final
+        event was published before ``final_before`` and that have no pending or dead
+        delivery (dead letters keep their config, to be replayed, until they are
+        purged themselves); returns how many tasks. Their delivered deliveries stay
+        until their own retention. Callers repeat while it returns ``limit``."""
 
     @abc.abstractmethod
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:

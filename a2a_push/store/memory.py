@@ -48,6 +48,7 @@ class MemoryStore(Store):
         self._deliveries: dict[str, Delivery] = {}
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._task_seq: dict[str, int] = {}
+        self._task_final: dict[str, float] = {}  # task id -> its first final event's time
         self._idempotency: dict[str, tuple[int, list[str], float]] = {}
 
     @property
@@ -167,6 +168,7 @@ class MemoryStore(Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        final: bool = False,
     ) -> tuple[int, list[str]]:
         if idempotency_key is not None and idempotency_key in self._idempotency:
             seq, ids, _at = self._idempotency[idempotency_key]
@@ -174,10 +176,28 @@ class MemoryStore(Store):
         seq, ids = self._enqueue(
             task_id, kind, render, new_id=new_id, only_config_key=only_config_key, now=now
         )
+        if final and ids:
+            self._task_final.setdefault(task_id, time.time() if now is None else now)
         if idempotency_key is not None:
             at = time.time() if now is None else now
             self._idempotency[idempotency_key] = (seq, list(ids), at)
         return seq, ids
+
+    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
+        unsettled = {d.task_id for d in self._deliveries.values() if d.state != "delivered"}
+        doomed = [
+            task_id
+            for task_id, at in self._task_final.items()
+            if at < final_before and task_id not in unsettled
+        ][:limit]
+        for task_id in doomed:
+            for key in list(self._by_task.get(task_id, ())):
+                config = self._configs.pop(key)
+                del self._config_index[(config.task_id, config.owner, config.id)]
+            self._by_task.pop(task_id, None)
+            self._task_seq.pop(task_id, None)
+            del self._task_final[task_id]
+        return len(doomed)
 
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
         old = [(at, k) for k, (_, _, at) in self._idempotency.items() if at < created_before]

@@ -597,6 +597,7 @@ class PostgresStore(RowMapping, Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        final: bool = False,
     ) -> tuple[int, list[str]]:
         at = time.time() if now is None else now
         async with self._transaction() as conn:
@@ -609,7 +610,14 @@ class PostgresStore(RowMapping, Store):
                 if row is not None:
                     return int(row["seq"]), json.loads(row["ids"])
             seq, ids = await _enqueue_locked(
-                conn, task_id, kind, render, new_id, only_config_key=only_config_key, at=at
+                conn,
+                task_id,
+                kind,
+                render,
+                new_id,
+                only_config_key=only_config_key,
+                at=at,
+                final=final,
             )
             if idempotency_key is not None:
                 await conn.execute(
@@ -618,6 +626,17 @@ class PostgresStore(RowMapping, Store):
             if ids:
                 await self._notify(conn)
         return seq, ids
+
+    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
+        async with self._transaction() as conn:
+            rows = await conn.fetch(_Q["final_tasks_to_purge"], final_before, limit)
+            tasks = [row["task_id"] for row in rows]
+            if tasks:
+                # Publishes of these tasks take the same locks: none is half done.
+                await conn.execute(_Q["lock_tasks"], _LOCK_TASK, tasks)
+                await conn.execute(_Q["delete_tasks_configs"], tasks)
+                await conn.execute(_Q["delete_tasks_seq"], tasks)
+        return len(tasks)
 
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
         async with self._transaction() as conn:
@@ -799,6 +818,7 @@ async def _enqueue_locked(
     *,
     only_config_key: str | None,
     at: float,
+    final: bool = False,
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
     targets = [
@@ -808,7 +828,7 @@ async def _enqueue_locked(
     ]
     if not targets:
         return 0, []
-    seq: int = await conn.fetchval(_Q["next_task_seq"], task_id)
+    seq: int = await conn.fetchval(_Q["next_task_seq"], task_id, at if final else None)
     bodies: dict[str, bytes] = {}
     rows, lanes, ids = [], [], []
     for key, version, endpoint in targets:

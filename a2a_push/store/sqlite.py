@@ -286,6 +286,7 @@ class SQLiteStore(RowMapping, Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        final: bool = False,
     ) -> tuple[int, list[str]]:
         def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
             if idempotency_key is not None:
@@ -293,7 +294,14 @@ class SQLiteStore(RowMapping, Store):
                 if row is not None:
                     return int(row[0]), json.loads(row[1])
             seq, ids = _enqueue(
-                conn, task_id, kind, render, new_id, only_config_key=only_config_key, now=now
+                conn,
+                task_id,
+                kind,
+                render,
+                new_id,
+                only_config_key=only_config_key,
+                now=now,
+                final=final,
             )
             if idempotency_key is not None:
                 at = time.time() if now is None else now
@@ -437,6 +445,16 @@ class SQLiteStore(RowMapping, Store):
 
         return await self._write(op, sync=False)
 
+    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            rows = conn.execute(_Q["final_tasks_to_purge"], (final_before, limit)).fetchall()
+            tasks = [(row[0],) for row in rows]
+            conn.executemany(_Q["delete_task_configs"], tasks)
+            conn.executemany(_Q["delete_task_seq"], tasks)
+            return len(tasks)
+
+        return await self._write(op, sync=False)
+
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
         def op(conn: sqlite3.Connection) -> int:
             return conn.execute(_Q["purge_idempotency_keys"], (created_before, limit)).rowcount
@@ -486,6 +504,7 @@ def _enqueue(
     *,
     only_config_key: str | None,
     now: float | None,
+    final: bool = False,
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
     at = time.time() if now is None else now
@@ -496,7 +515,7 @@ def _enqueue(
     ]
     if not targets:
         return 0, []
-    (seq,) = conn.execute(_Q["next_task_seq"], (task_id,)).fetchone()
+    (seq,) = conn.execute(_Q["next_task_seq"], (task_id, at if final else None)).fetchone()
     bodies: dict[str, bytes] = {}
     rows, lanes, ids = [], [], []
     for key, version, endpoint in targets:

@@ -111,9 +111,27 @@ DELETE FROM lanes WHERE config_key = $1;
 -- ---- outbox -------------------------------------------------------------------------
 
 -- name: next_task_seq
-INSERT INTO task_seq AS s (task_id, seq) VALUES ($1, 1)
-ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1
+-- $2: now for a final event, else NULL; the first final event's time is kept.
+INSERT INTO task_seq AS s (task_id, seq, final_at) VALUES ($1, 1, $2)
+ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1, final_at = coalesce(s.final_at, excluded.final_at)
 RETURNING seq;
+
+-- name: final_tasks_to_purge
+-- Tasks finished before $1 with nothing left to send or replay (no pending or dead
+-- delivery: dead letters keep their config until they are purged themselves).
+SELECT s.task_id FROM task_seq s
+WHERE s.final_at IS NOT NULL AND s.final_at < $1
+  AND NOT EXISTS (
+      SELECT 1 FROM deliveries d WHERE d.task_id = s.task_id AND d.state <> 'delivered'
+  )
+LIMIT $2
+FOR UPDATE SKIP LOCKED;
+
+-- name: delete_tasks_configs
+DELETE FROM configs WHERE task_id = ANY($1::text[]);
+
+-- name: delete_tasks_seq
+DELETE FROM task_seq WHERE task_id = ANY($1::text[]);
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,

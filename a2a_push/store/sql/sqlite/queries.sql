@@ -69,9 +69,26 @@ WHERE config_key = ? AND state = 'pending';
 DELETE FROM lanes WHERE config_key = ?;
 
 -- name: next_task_seq
-INSERT INTO task_seq (task_id, seq) VALUES (?, 1)
-ON CONFLICT (task_id) DO UPDATE SET seq = seq + 1
+-- ?2: now for a final event, else NULL; the first final event's time is kept.
+INSERT INTO task_seq (task_id, seq, final_at) VALUES (?1, 1, ?2)
+ON CONFLICT (task_id) DO UPDATE SET seq = seq + 1, final_at = coalesce(final_at, excluded.final_at)
 RETURNING seq;
+
+-- name: final_tasks_to_purge
+-- Tasks finished before ? with nothing left to send or replay (no pending or dead
+-- delivery: dead letters keep their config until they are purged themselves).
+SELECT s.task_id FROM task_seq s INDEXED BY task_seq_final
+WHERE s.final_at < ?
+  AND NOT EXISTS (
+      SELECT 1 FROM deliveries d WHERE d.task_id = s.task_id AND d.state != 'delivered'
+  )
+LIMIT ?;
+
+-- name: delete_task_configs
+DELETE FROM configs WHERE task_id = ?;
+
+-- name: delete_task_seq
+DELETE FROM task_seq WHERE task_id = ?;
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
