@@ -8,6 +8,7 @@ application; ``python -m receiver`` / ``a2a-push receiver`` run that.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import hmac
@@ -43,7 +44,14 @@ from .fetcher import TaskFetcher
 from .metrics import ReceiverMetrics
 from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings, check_database
 from .sqlite_store import SQLiteReceiverStore
-from .store import Notification, ReceiverStore, Subscription, SubscriptionState, TaskEvent
+from .store import (
+    Notification,
+    ReceiverStore,
+    Subscription,
+    SubscriptionPosition,
+    SubscriptionState,
+    TaskEvent,
+)
 from .verify import (
     ISSUER_HINT,
     MAX_ID_LENGTH,
@@ -71,6 +79,9 @@ KEEPALIVE_SECONDS: Final = 15.0
 API_KEYS_FILE: Final = "api-keys.json"
 _EVENTS_PAGE: Final = 500
 _MAX_EVENT_ID: Final = 2**63 - 1
+_PAGE_DEFAULT: Final = 100
+_PAGE_MAX: Final = 1000
+_MAX_CURSOR_LENGTH: Final = 2048
 BODY_HASH_RETENTION_SECONDS: Final = 3600.0
 _CREATE_MARGIN_SECONDS: Final = 10.0
 _V03_KINDS: Final = {
@@ -892,13 +903,9 @@ class Receiver:
             # Written as the client wrote it when subscribing, or another way: the agent.
             agent = self.settings.agent(agent_url)
             key = agent.key if agent is not None else agent_url.rstrip("/")
-        subs = [
-            s
-            for s in await self.store.list_subscriptions(client_id)
-            if s.task_id == task_id
-            and s.state is SubscriptionState.ACTIVE
-            and (key is None or s.agent_url == key)
-        ]
+        # The client's active subscriptions to this task only (an index lookup): never
+        # every subscription it ever made.
+        subs = await self.store.active_subscriptions_to_task(client_id, task_id, key)
         if not subs:
             raise ClientError(404, "not_found", "no subscription to this task")
         for agent_key in dict.fromkeys(s.agent_url for s in reversed(subs)):
@@ -926,6 +933,56 @@ def _require_id(value: str, name: str) -> None:
     """A client API id held to the webhook rule (:func:`is_valid_id`), else a 400."""
     if not is_valid_id(value):
         raise ClientError(400, "invalid", _INVALID_ID.format(name))
+
+
+def _page_limit(request: web.Request) -> int:
+    """The ``limit`` query parameter of a listing: 100 by default, at most 1000 (more
+    counts as 1000); 400 unless an integer of at least 1."""
+    try:
+        limit = min(int(request.query.get("limit", str(_PAGE_DEFAULT))), _PAGE_MAX)
+    except ValueError:
+        raise ClientError(400, "invalid", "limit: an integer is required") from None
+    if limit < 1:
+        raise ClientError(400, "invalid", "limit: must be at least 1")
+    return limit
+
+
+def _cursor(sub: Subscription) -> str:
+    """The ``nextCursor`` of a page of subscriptions ending with ``sub``: its position,
+    opaque to clients (base64url of ``[createdAt, id]``)."""
+    raw = json.dumps(list(sub.position), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _position(cursor: str) -> SubscriptionPosition:
+    """The position a ``cursor`` query parameter names (see :func:`_cursor`), else a 400."""
+    bad = ClientError(
+        400, "invalid", "cursor: not a nextCursor from GET /subscriptions; start without it"
+    )
+    if not cursor or len(cursor) > _MAX_CURSOR_LENGTH or not cursor.isascii():
+        raise bad
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        value = json.loads(raw)
+    except (ValueError, RecursionError):  # bad base64, bad UTF-8 or bad JSON
+        raise bad from None
+    if not isinstance(value, list) or len(value) != 2:
+        raise bad
+    created_at, sub_id = value
+    if (
+        isinstance(created_at, bool)
+        or not isinstance(created_at, int | float)
+        or not isinstance(sub_id, str)
+        or not sub_id.isprintable()  # no NUL, no lone surrogate: what the stores take
+    ):
+        raise bad
+    try:
+        at = float(created_at)
+    except OverflowError:
+        raise bad from None
+    if not math.isfinite(at):
+        raise bad
+    return (at, sub_id)
 
 
 def card_jwks_uri(card: object) -> str | None:
@@ -1085,8 +1142,21 @@ def create_app(
         return _json(201 if created else 200, sub.to_json())
 
     async def list_subscriptions(request: web.Request) -> web.Response:
-        subs = await core.store.list_subscriptions(client(request))
-        return _json(200, {"subscriptions": [s.to_json() for s in subs]})
+        client_id = client(request)
+        limit = _page_limit(request)
+        cursor = request.query.get("cursor")
+        after = _position(cursor) if cursor is not None else None
+        # One more than the page: whether there is a next one, without another read.
+        subs = await core.store.list_subscriptions(client_id, after=after, limit=limit + 1)
+        page = subs[:limit]
+        more = len(subs) > limit
+        return _json(
+            200,
+            {
+                "subscriptions": [s.to_json() for s in page],
+                "nextCursor": _cursor(page[-1]) if more else None,
+            },
+        )
 
     async def get_subscription(request: web.Request) -> web.Response:
         sub = await core.own_subscription(client(request), request.match_info["id"])
@@ -1104,12 +1174,7 @@ def create_app(
 
     async def list_tasks(request: web.Request) -> web.Response:
         client_id = client(request)
-        try:
-            limit = min(int(request.query.get("limit", "100")), 1000)
-        except ValueError:
-            raise ClientError(400, "invalid", "limit: an integer is required") from None
-        if limit < 1:
-            raise ClientError(400, "invalid", "limit: must be at least 1")
+        limit = _page_limit(request)
         context_id = request.query.get("contextId")
         if context_id is not None:
             _require_id(context_id, "contextId")

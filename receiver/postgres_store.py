@@ -18,12 +18,15 @@ from a2a_push.store.postgres import is_unavailable, pooled_connection
 from a2a_push.store.sql import migrations, queries
 
 from .store import (
+    FIRST_POSITION,
     Notification,
     PendingFetch,
     ReceiverStore,
     Subscription,
+    SubscriptionPosition,
     TaskEvent,
     TaskSnapshot,
+    oldest_first,
     snapshot_from_row,
     subscription_from_row,
     supersedes,
@@ -189,10 +192,22 @@ class PostgresReceiverStore(ReceiverStore):
             for r in await self._fetch("subscriptions_for_task", agent_url, task_id)
         ]
 
-    async def list_subscriptions(self, client_id: str) -> list[Subscription]:
-        return [
-            subscription_from_row(r) for r in await self._fetch("list_subscriptions", client_id)
-        ]
+    async def list_subscriptions(
+        self,
+        client_id: str,
+        *,
+        after: SubscriptionPosition | None = None,
+        limit: int | None = None,
+    ) -> list[Subscription]:
+        after_created_at, after_id = after or FIRST_POSITION
+        rows = await self._fetch("list_subscriptions", client_id, after_created_at, after_id, limit)
+        return [subscription_from_row(r) for r in rows]
+
+    async def active_subscriptions_to_task(
+        self, client_id: str, task_id: str, agent_url: str | None = None
+    ) -> list[Subscription]:
+        rows = await self._fetch("active_subscriptions_to_task", client_id, task_id, agent_url)
+        return oldest_first(subscription_from_row(r) for r in rows)
 
     async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
         async def op(conn: Any) -> Subscription | None:

@@ -13,12 +13,15 @@ from a2a_push.store.sqlite import create_private_file
 from a2a_push.store.sqlite_writer import SQLiteWriter, prepare_writer_connection
 
 from .store import (
+    FIRST_POSITION,
     Notification,
     PendingFetch,
     ReceiverStore,
     Subscription,
+    SubscriptionPosition,
     TaskEvent,
     TaskSnapshot,
+    oldest_first,
     snapshot_from_row,
     subscription_from_row,
     supersedes,
@@ -150,8 +153,33 @@ class SQLiteReceiverStore(ReceiverStore):
             for r in self._all("subscriptions_for_task", (agent_url, task_id))
         ]
 
-    async def list_subscriptions(self, client_id: str) -> list[Subscription]:
-        return [subscription_from_row(r) for r in self._all("list_subscriptions", (client_id,))]
+    async def list_subscriptions(
+        self,
+        client_id: str,
+        *,
+        after: SubscriptionPosition | None = None,
+        limit: int | None = None,
+    ) -> list[Subscription]:
+        after_created_at, after_id = after or FIRST_POSITION
+        rows = self._all(
+            "list_subscriptions",
+            {
+                "client_id": client_id,
+                "after_created_at": after_created_at,
+                "after_id": after_id,
+                "limit": -1 if limit is None else limit,  # SQLite: a negative limit is none
+            },
+        )
+        return [subscription_from_row(r) for r in rows]
+
+    async def active_subscriptions_to_task(
+        self, client_id: str, task_id: str, agent_url: str | None = None
+    ) -> list[Subscription]:
+        rows = self._all(
+            "active_subscriptions_to_task",
+            {"client_id": client_id, "task_id": task_id, "agent_url": agent_url},
+        )
+        return oldest_first(subscription_from_row(r) for r in rows)
 
     async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
         def op(conn: sqlite3.Connection) -> Subscription | None:

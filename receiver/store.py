@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Self
@@ -33,6 +33,11 @@ class Subscription:
     """When the agent accepted the push config; None while that is not known (the
     call is in flight, or the row predates this column)."""
 
+    @property
+    def position(self) -> SubscriptionPosition:
+        """Where it is in its client's list (see :meth:`ReceiverStore.list_subscriptions`)."""
+        return (self.created_at, self.id)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id,
@@ -44,6 +49,13 @@ class Subscription:
         if self.deleted_at is not None:
             out["deletedAt"] = self.deleted_at
         return out
+
+
+SubscriptionPosition = tuple[float, str]
+"""Where a subscription is in a client's list: its ``(created_at, id)``."""
+
+FIRST_POSITION: SubscriptionPosition = (float("-inf"), "")
+"""Before every subscription: a list from the start."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +156,24 @@ class ReceiverStore(abc.ABC):
         """Every subscription (active and deleted) to one task."""
 
     @abc.abstractmethod
-    async def list_subscriptions(self, client_id: str) -> list[Subscription]: ...
+    async def list_subscriptions(
+        self,
+        client_id: str,
+        *,
+        after: SubscriptionPosition | None = None,
+        limit: int | None = None,
+    ) -> list[Subscription]:
+        """The client's subscriptions (active and deleted), oldest first (by creation time,
+        then id): only those after ``after`` (the position of the last one of the page
+        before), at most ``limit`` of them (all when None)."""
+
+    @abc.abstractmethod
+    async def active_subscriptions_to_task(
+        self, client_id: str, task_id: str, agent_url: str | None = None
+    ) -> list[Subscription]:
+        """The client's active subscriptions to ``task_id`` (at most one per agent), oldest
+        first; only the one to ``agent_url`` when given. An index lookup: it reads those
+        rows only, however many subscriptions the client has."""
 
     @abc.abstractmethod
     async def delete_subscription(self, subscription_id: str, *, now: float) -> Subscription | None:
@@ -276,6 +305,11 @@ def subscription_from_row(row: Any) -> Subscription:
         deleted_at=row["deleted_at"],
         confirmed_at=row["confirmed_at"],
     )
+
+
+def oldest_first(subs: Iterable[Subscription]) -> list[Subscription]:
+    """``subs`` in their clients' list order (see :meth:`ReceiverStore.list_subscriptions`)."""
+    return sorted(subs, key=lambda s: s.position)
 
 
 def snapshot_from_row(row: Any) -> TaskSnapshot:

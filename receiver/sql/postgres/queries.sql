@@ -22,7 +22,19 @@ SELECT * FROM receiver_subscriptions WHERE token_digest = $1;
 SELECT * FROM receiver_subscriptions WHERE agent_url = $1 AND task_id = $2 ORDER BY created_at;
 
 -- name: list_subscriptions
-SELECT * FROM receiver_subscriptions WHERE client_id = $1 ORDER BY created_at, id;
+-- A page of the client's subscriptions, after the (created_at, id) of the last one of the
+-- page before (the first page: after (-Infinity, '')): receiver_subscriptions_by_client's
+-- range. LIMIT NULL: all of them.
+SELECT * FROM receiver_subscriptions
+WHERE client_id = $1 AND (created_at, id) > ($2, $3)
+ORDER BY created_at, id LIMIT $4;
+
+-- name: active_subscriptions_to_task
+-- At most one row per agent: sorted by the caller (an ORDER BY here would make
+-- receiver_subscriptions_by_client, already in that order, look cheaper to the planner).
+SELECT * FROM receiver_subscriptions
+WHERE client_id = $1 AND task_id = $2 AND state = 'active'
+  AND ($3::text IS NULL OR agent_url = $3);
 
 -- name: delete_subscription
 UPDATE receiver_subscriptions SET state = 'deleted', deleted_at = $1

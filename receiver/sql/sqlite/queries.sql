@@ -21,7 +21,19 @@ SELECT * FROM subscriptions WHERE token_digest = ?;
 SELECT * FROM subscriptions WHERE agent_url = ? AND task_id = ? ORDER BY created_at;
 
 -- name: list_subscriptions
-SELECT * FROM subscriptions WHERE client_id = ? ORDER BY created_at, id;
+-- A page of the client's subscriptions, after the (created_at, id) of the last one of the
+-- page before (the first page: after (-inf, '')): subscriptions_by_client's range.
+SELECT * FROM subscriptions
+WHERE client_id = :client_id AND (created_at, id) > (:after_created_at, :after_id)
+ORDER BY created_at, id LIMIT :limit;
+
+-- name: active_subscriptions_to_task
+-- At most one row per agent: sorted by the caller. Without statistics (no ANALYZE) SQLite
+-- would rather walk subscriptions_by_client for its order, every active subscription of
+-- the client: the index is named.
+SELECT * FROM subscriptions INDEXED BY subscriptions_active_by_task
+WHERE client_id = :client_id AND task_id = :task_id AND state = 'active'
+  AND (:agent_url IS NULL OR agent_url = :agent_url);
 
 -- name: delete_subscription
 UPDATE subscriptions SET state = 'deleted', deleted_at = ? WHERE id = ? AND state = 'active';
