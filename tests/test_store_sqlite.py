@@ -536,3 +536,34 @@ async def test_writers_leave_checkpoints_off_the_event_loop(tmp_path: Path) -> N
         assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == 64 * 1024 * 1024
     finally:
         await receiver_store.close()
+
+
+async def test_a_store_closed_while_its_task_is_being_cancelled_closes_everything(
+    tmp_path: Path,
+) -> None:
+    """Shutdowns close stores from a task being cancelled (a finally block): close()
+    must not take that cancellation for its own and stop halfway, leaving the
+    connection and its threads open (a gateway then never exits)."""
+    import asyncio
+
+    store = SQLiteStore(tmp_path / "push.db")
+    await store.open()
+    await store.put_config(config(id="a"))
+    running = asyncio.Event()
+
+    async def owner() -> None:
+        try:
+            running.set()
+            await asyncio.sleep(3600)
+        finally:
+            await store.close()
+
+    task = asyncio.create_task(owner())
+    await running.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    conn = store._conn
+    assert conn is not None
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")  # closed

@@ -124,12 +124,9 @@ class SQLiteWriter:
         self._wake.set()
         if self._checkpointer is not None:
             self._checkpointer.cancel()
-            try:
-                await self._checkpointer
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # close() itself was cancelled
+            # wait() raises neither the loop's cancellation nor its error, and close()
+            # is often called while a cancellation is being handled (a shutdown).
+            await asyncio.wait([self._checkpointer])
         if self._checkpoint_thread is not None:
             # A checkpoint under way finishes first (it is never cut off midway).
             await asyncio.get_running_loop().run_in_executor(None, self._stop_checkpoints)
