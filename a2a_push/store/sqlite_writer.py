@@ -122,7 +122,8 @@ class SQLiteWriter:
         """Finish what is queued, then stop (whatever state the writer is in)."""
         self._closed = True
         self._wake.set()
-        if self._checkpointer is not None:
+        if self._checkpointer is not None and not self._checkpointer.done():
+            # (Done already when the loop it ran in has ended: nothing to wait for.)
             self._checkpointer.cancel()
             # wait() raises neither the loop's cancellation nor its error, and close()
             # is often called while a cancellation is being handled (a shutdown).
