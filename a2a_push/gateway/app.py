@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 import math
-from collections import OrderedDict
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 
 HEADER_OWNER: Final = "X-A2A-Owner"
 HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
-_OWNER_CACHE: Final = 100_000
+MAINTENANCE_INTERVAL: Final = 3600.0
+"""Seconds between two runs of the gateway's upkeep (finished tasks, retired keys)."""
+TASK_PURGE_BATCH: Final = 1000
 
 
 class Gateway:
@@ -91,8 +93,8 @@ class Gateway:
         )
         self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}
         self._admins = [_digest(k.get_secret_value()) for k in settings.admin_keys]
-        self._owners: OrderedDict[str, str] = OrderedDict()  # task id -> agent id (immutable)
         self._key_watcher: asyncio.Task[None] | None = None
+        self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         # The outbox first: a database that cannot be used (not a database, no such
@@ -112,12 +114,16 @@ class Gateway:
                 await self.notifier.store.close()
             raise
         self._key_watcher = asyncio.create_task(self._watch_keys(), name="gateway-keys")
+        self._maintenance = asyncio.create_task(self._maintain(), name="gateway-maintenance")
 
     async def stop(self) -> None:
-        if self._key_watcher is not None:
-            self._key_watcher.cancel()
+        tasks = [t for t in (self._key_watcher, self._maintenance) if t is not None]
+        for task in tasks:  # all cancelled before any is awaited: none starts a new run
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._key_watcher
+                await task
+        self._key_watcher = self._maintenance = None
         await self.notifier.stop()
         await self.state.close()
 
@@ -144,6 +150,68 @@ class Gateway:
             except Exception:
                 log.warning("reloading signing keys failed; still using the old set", exc_info=True)
 
+    async def _maintain(self) -> None:
+        """At start, then every MAINTENANCE_INTERVAL: forget finished tasks past their
+        retention and delete retired keys past their grace. A failure is one warning
+        line; the next run tries again."""
+        while True:
+            try:
+                await self.purge_finished_tasks()
+            except StoreUnavailableError as exc:
+                log.warning("purging finished tasks failed; retrying in an hour (%s)", exc)
+            except Exception as exc:
+                log.warning(
+                    "purging finished tasks failed; retrying in an hour (%s: %s)",
+                    type(exc).__name__,
+                    exc,
+                )
+            try:
+                await self.prune_keys()
+            except StoreUnavailableError as exc:
+                log.warning("pruning retired signing keys failed; retrying in an hour (%s)", exc)
+            except Exception as exc:
+                log.warning(
+                    "pruning retired signing keys failed; retrying in an hour (%s: %s)",
+                    type(exc).__name__,
+                    exc,
+                )
+            await asyncio.sleep(MAINTENANCE_INTERVAL)
+
+    async def purge_finished_tasks(
+        self, *, now: float | None = None, batch: int = TASK_PURGE_BATCH
+    ) -> int:
+        """Forget tasks whose latest status is terminal and whose last event is older than
+        ``task_retention_days`` (and that have no push config left), ``batch`` rows per
+        statement; the count. Logs one line when it deleted any. Their ids become new:
+        the next agent to name one owns it."""
+        retention = self.settings.task_retention_seconds
+        if retention is None:
+            return 0
+        before = (time.time() if now is None else now) - retention
+        total = 0
+        while True:
+            deleted = await self.state.purge_tasks(updated_before=before, limit=batch)
+            total += deleted
+            if deleted < batch:
+                break
+            await asyncio.sleep(0)  # let requests in between batches
+        if total:
+            log.info(
+                "purged %d finished task(s) last updated over %g day(s) ago",
+                total,
+                self.settings.task_retention_days,
+            )
+        return total
+
+    async def prune_keys(self, *, now: float | None = None) -> list[str]:
+        """Delete retired signing keys past their grace period (no longer in the JWKS)
+        from the database, then drop them here too; the kids deleted."""
+        pruned = await self.state.prune_keys(self._keyset.grace_period, now)
+        if pruned:
+            log.info("deleted %d retired signing key(s) past their grace period", len(pruned))
+            await self.reload_keys()
+        return pruned
+
     # ---- identities ------------------------------------------------------------------
 
     def agent_for(self, headers: Mapping[str, str]) -> str | None:
@@ -168,22 +236,13 @@ class Gateway:
         self, agent_id: str, task_id: str, status: dict[str, Any] | None, context: str | None
     ) -> TaskOwner | None:
         """Claim ``task_id`` for ``agent_id`` when new and record its latest status and
-        context; the task's record after that, None when another agent owns it."""
-        cached = self._owners.get(task_id)
-        if cached is not None and cached != agent_id:
-            return None
-        found = await self.state.claim_task(task_id, agent_id, context_id=context, status=status)
-        if found is not None:
-            self._owners[task_id] = agent_id
-            if len(self._owners) > _OWNER_CACHE:
-                self._owners.popitem(last=False)
-        return found
+        context; the task's record after that, None when another agent owns it.
+        Always the database's answer (no cache): a finished task's row may have been
+        purged (by any replica), and its id is then a new task for whoever names it."""
+        return await self.state.claim_task(task_id, agent_id, context_id=context, status=status)
 
     async def owns(self, agent_id: str, task_id: str) -> bool:
         """Whether ``agent_id`` owns ``task_id``, claiming it when new."""
-        cached = self._owners.get(task_id)
-        if cached is not None:
-            return cached == agent_id
         return await self.record(agent_id, task_id, None, None) is not None
 
     async def task_for(self, task_id: str, owner: str) -> Task | NoSnapshot | None:
@@ -198,9 +257,6 @@ class Gateway:
         """The lookup for Get, List and Delete: the task if the owner's agent owns it.
         Never claims: reading a task id nobody has named must not make it the reader's."""
         agent_id = owner.split("/", 1)[0]
-        cached = self._owners.get(task_id)
-        if cached is not None and cached != agent_id:
-            return None
         known = await self.state.owner(task_id)
         if known is None or known.agent_id != agent_id:
             return None

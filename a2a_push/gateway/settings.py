@@ -75,6 +75,13 @@ class GatewaySettings(_Model):
     )
     request_timeout: float = Field(default=15.0, gt=0, description="per webhook request")
     quick_attempts: int = Field(default=3, ge=1, description="in-process tries before rescheduling")
+    task_retention_days: float | None = Field(
+        default=7.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="a finished task's owner and last status are forgotten this long after "
+        "its last event; 0 or null keeps them for ever",
+    )
 
     @model_validator(mode="after")
     def _claims_end_before_their_lease(self) -> GatewaySettings:
@@ -139,6 +146,12 @@ class GatewaySettings(_Model):
     @classmethod
     def _database(cls, value: str) -> str:
         return value and check_database(value, example="outbox.db", service="gateway")
+
+    @property
+    def task_retention_seconds(self) -> float | None:
+        """``task_retention_days`` in seconds; None: finished tasks are kept for ever."""
+        days = self.task_retention_days
+        return None if not days else days * 86400.0
 
     @property
     def base_url(self) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Final
 from cryptography.hazmat.primitives import serialization
 
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
+from a2a_push.protocol.types import TERMINAL_STATES
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
@@ -32,6 +33,7 @@ CREATE TABLE IF NOT EXISTS gateway_tasks (
     status     TEXT,
     updated_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS gateway_tasks_by_age ON gateway_tasks (updated_at);
 CREATE TABLE IF NOT EXISTS gateway_signing_keys (
     kid        TEXT PRIMARY KEY,
     alg        TEXT NOT NULL,
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS gateway_tasks (
     status     TEXT,
     updated_at DOUBLE PRECISION NOT NULL
 );
+CREATE INDEX IF NOT EXISTS gateway_tasks_by_age ON gateway_tasks (updated_at);
 CREATE TABLE IF NOT EXISTS gateway_signing_keys (
     kid        TEXT PRIMARY KEY,
     alg        TEXT NOT NULL,
@@ -59,6 +62,10 @@ CREATE TABLE IF NOT EXISTS gateway_signing_keys (
 """
 # Serialises schema creation and key rotation across replicas.
 _PG_LOCK: Final = 0x6132_6170_6777
+# The recorded ``status.state`` of a finished task, as TaskStatus.to_json_dict writes it.
+_TERMINAL: Final = tuple(sorted(state.value for state in TERMINAL_STATES))
+# The outbox's push configs: a task that still has one keeps its owner (see purge_tasks).
+_OUTBOX_ALIAS: Final = "outbox"
 
 
 class TaskOwner:
@@ -99,6 +106,13 @@ class GatewayState(abc.ABC):
 
     @abc.abstractmethod
     async def owner(self, task_id: str) -> TaskOwner | None: ...
+
+    @abc.abstractmethod
+    async def purge_tasks(self, *, updated_before: float, limit: int = 1000) -> int:
+        """Forget up to ``limit`` finished tasks: rows whose latest status is terminal
+        (completed, failed, canceled, rejected), last updated before ``updated_before``,
+        and with no push config left for the task in the outbox. Their ids are then
+        unowned: the next agent to name one owns it, as a new task. The count deleted."""
 
     @abc.abstractmethod
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]: ...
@@ -157,6 +171,9 @@ class GatewayState(abc.ABC):
         return key
 
     async def prune_keys(self, grace_period: float, now: float | None = None) -> list[str]:
+        """Delete retired keys whose grace period (``grace_period`` seconds after they
+        were retired) is over: no longer published, nothing verifies with them. The
+        active key and keys still in the grace window stay. The kids deleted."""
         at = time.time() if now is None else now
         expired = [
             kid
@@ -171,18 +188,31 @@ class GatewayState(abc.ABC):
 class SQLiteGatewayState(GatewayState):
     """Gateway state in a SQLite file (one gateway process)."""
 
-    def __init__(self, path: str | Path, encryption_keys: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        encryption_keys: Sequence[str] | None = None,
+        *,
+        outbox: str | Path | None = None,
+    ) -> None:
+        """``outbox``: the SQLite outbox file beside it, read (never written) by
+        :meth:`purge_tasks` so that a task with push configs keeps its owner. None: a
+        state without an outbox (no configs to keep tasks for)."""
         super().__init__(encryption_keys)
         self.path = Path(path)
+        self.outbox = None if outbox is None else Path(outbox)
         self._conn: sqlite3.Connection | None = None
+        self._outbox_attached = False
 
     async def open(self) -> None:
         create_private_file(self.path)  # it holds the private signing keys
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # URIs on for the outbox's read-only ATTACH (a plain path is still a path).
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=True)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.executescript(_SQLITE_SCHEMA)
         self._conn = conn
+        self._outbox_attached = False
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -228,6 +258,31 @@ class SQLiteGatewayState(GatewayState):
             .fetchone()
         )
         return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
+
+    async def purge_tasks(self, *, updated_before: float, limit: int = 1000) -> int:
+        conn = self._db()
+        keep_configured = ""
+        if self.outbox is not None:
+            if not self._outbox_attached:
+                # Read-only (the outbox's own connection is its only writer), and only
+                # here: tools that open the state never need it. A missing outbox fails
+                # the purge rather than being created empty.
+                uri = self.outbox.resolve().as_uri() + "?mode=ro"
+                conn.execute(f"ATTACH DATABASE ? AS {_OUTBOX_ALIAS}", (uri,))
+                self._outbox_attached = True
+            keep_configured = (
+                f"AND NOT EXISTS (SELECT 1 FROM {_OUTBOX_ALIAS}.configs c "
+                "WHERE c.task_id = g.task_id) "
+            )
+        marks = ", ".join("?" for _ in _TERMINAL)
+        cursor = conn.execute(
+            "DELETE FROM gateway_tasks WHERE task_id IN ("
+            "SELECT g.task_id FROM gateway_tasks g WHERE g.updated_at < ? "
+            f"AND json_extract(g.status, '$.state') IN ({marks}) {keep_configured}"
+            "LIMIT ?)",
+            (updated_before, *_TERMINAL, limit),
+        )
+        return max(cursor.rowcount, 0)
 
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
         rows = (
@@ -375,6 +430,24 @@ class PostgresGatewayState(GatewayState):
         row = await self._run(op)
         return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
+    async def purge_tasks(self, *, updated_before: float, limit: int = 1000) -> int:
+        # The outbox's configs table is in the same database (and search_path). Rows a
+        # replica is updating are skipped (and re-checked when locked), not waited for.
+        async def op(conn: Any) -> Any:
+            return await conn.execute(
+                "DELETE FROM gateway_tasks WHERE task_id IN ("
+                "SELECT g.task_id FROM gateway_tasks g WHERE g.updated_at < $1 "
+                "AND (g.status::jsonb ->> 'state') = ANY($2::text[]) "
+                "AND NOT EXISTS (SELECT 1 FROM configs c WHERE c.task_id = g.task_id) "
+                "LIMIT $3 FOR UPDATE SKIP LOCKED)",
+                updated_before,
+                list(_TERMINAL),
+                limit,
+            )
+
+        tag = await self._run(op)  # "DELETE <n>"
+        return int(str(tag).rsplit(" ", 1)[-1])
+
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
         async def op(conn: Any) -> Any:
             return await conn.fetch(
@@ -415,7 +488,7 @@ def open_gateway_state(
     path = sqlite_state_path(database)
     if path is None:
         return PostgresGatewayState(database, encryption_keys, create=create)
-    return SQLiteGatewayState(path, encryption_keys)
+    return SQLiteGatewayState(path, encryption_keys, outbox=database.removeprefix("sqlite:///"))
 
 
 def sqlite_state_path(database: str) -> Path | None:
