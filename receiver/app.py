@@ -329,6 +329,7 @@ class Receiver:
             attempts=self.settings.fetch_attempts,
             coalesce=self.settings.fetch_coalesce_seconds,
             min_interval=self.settings.fetch_min_interval_seconds,
+            give_up_after=self.settings.retention_days * 86400,
         )
         await self.fetcher.start()
         self._maintenance = asyncio.create_task(self._maintain(), name="receiver-maintenance")
@@ -394,17 +395,22 @@ class Receiver:
         return card_jwks_uri(parse_json(raw, f"{url}: the agent card"))
 
     async def _watch_other_writers(self) -> None:
-        seen = await self.store.latest_event_id()
+        seen: int | None = None  # not read yet (a failed first read is tried again)
         while True:
-            await asyncio.sleep(0.5)
-            if self.streams == 0:
-                continue
+            if seen is not None:
+                await asyncio.sleep(0.5)
+                if self.streams == 0:
+                    continue
             try:
                 latest = await self.store.latest_event_id()
             except Exception:
                 log.debug("reading the latest event id failed", exc_info=True)
+                if seen is None:
+                    await asyncio.sleep(0.5)
                 continue
-            if latest > seen:
+            if seen is None:
+                seen = latest
+            elif latest > seen:
                 seen = latest
                 self._wake_streams()
 
@@ -421,15 +427,24 @@ class Receiver:
         """Drop webhook-id dedup keys older than ``dedup_retention_hours`` (and at least
         four freshness windows); body-hash keys (senders that send no webhook id) after
         an hour (and at least four freshness windows), so an identical body sent again
-        later (WORKING, INPUT_REQUIRED, WORKING) is a new notification; and fetched
-        notifications, deleted subscriptions, superseded events and unsubscribed tasks
-        older than ``retention_days``. How many rows went."""
+        later (WORKING, INPUT_REQUIRED, WORKING) is a new notification; and notifications
+        (fetched or not), deleted subscriptions, superseded events and unsubscribed tasks
+        older than ``retention_days``.
+
+        First, subscriptions to tasks that finished (a terminal state) more than
+        ``retention_days`` ago, and made that long ago, end as if unsubscribed: the task
+        is no longer the client's (GET /tasks/{id}: 404), and a later purge drops the
+        subscription, then the task and its events. Everything in batches, a
+        transaction each. How many rows went (or ended)."""
         now = time.time() if now is None else now
         settings = self.settings
         floor = 4 * settings.freshness_seconds
         dedup = max(settings.dedup_retention_hours * 3600, floor)
         retention = now - settings.retention_days * 86400
-        return await self.store.purge(
+        ended = await self.store.end_finished_subscriptions(before=retention, now=now)
+        if ended:
+            log.info("ended %d subscriptions to tasks finished before the retention", ended)
+        return ended + await self.store.purge(
             seen_before=now - dedup,
             notifications_before=retention,
             history_before=retention,

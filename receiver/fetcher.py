@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from tenacity import (
     AsyncRetrying,
@@ -35,6 +36,20 @@ DEFAULT_RETRY_LATER_SECONDS: Final = 30.0
 MAX_RETRY_LATER_SECONDS: Final = 3600.0
 
 Key = tuple[str, str]  # (agent key, task id)
+
+
+def _logged_url(url: str) -> str:
+    """``url`` for a log line: scheme, host, port and path only (no user-info, query or
+    fragment, which may carry credentials)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "(an unparseable URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -77,8 +92,13 @@ class TaskFetcher:
     ``want(agent, task, up_to)`` asks for a snapshot covering notifications up to
     ``up_to``. Requests for a task that arrive within ``coalesce`` seconds, or while its
     fetch runs, are served by one (more) fetch. A fetch that keeps failing is tried
-    again ``retry_later`` seconds after its retries are spent; the notifications stay
-    pending in the store meanwhile, so a restart picks them up.
+    again ``retry_later`` seconds after its retries are spent, then later and later;
+    the notifications stay pending in the store meanwhile, so a restart picks them up.
+    A task that has kept failing for longer than ``give_up_after`` seconds (the
+    receiver: its retention period) is given up on: one WARNING, counted in
+    ``a2a_receiver_fetch_give_ups_total``, nothing kept for it in memory; its
+    notifications stay unfetched until the purge drops them. A task resumed after a
+    restart has been waiting since its oldest pending notification arrived.
     """
 
     def __init__(
@@ -94,6 +114,8 @@ class TaskFetcher:
         min_interval: float = DEFAULT_MIN_INTERVAL_SECONDS,
         retry_later: float = DEFAULT_RETRY_LATER_SECONDS,
         max_wait: float = 10.0,
+        give_up_after: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._clients = clients
@@ -109,22 +131,32 @@ class TaskFetcher:
         self._waiting: set[Key] = set()  # fetches waiting out their minimum interval
         self._retry_later = retry_later
         self._failures: dict[Key, int] = {}  # consecutive failed rounds per task
+        # Since when (wall clock, as notifications' received_at) each task has failed
+        # (or, resumed at start, waited): given up on past give_up_after.
+        self._failing_since: dict[Key, float] = {}
+        self._give_up_after = give_up_after
+        self._clock = clock
         self._max_wait = max_wait
         self._wanted: dict[Key, int] = {}
         self._running: dict[Key, asyncio.Task[None]] = {}
-        self._timers: set[asyncio.TimerHandle] = set()
+        # Each failing task's scheduled retry, and the notification id it covers.
+        self._timers: dict[Key, tuple[asyncio.TimerHandle, int]] = {}
         self._closed = False
         self.calls = 0
 
     async def start(self) -> None:
         """Resume fetches for notifications stored before a restart."""
         for pending in await self._store.pending_fetches(limit=100_000):
+            if pending.since is not None:
+                key = (pending.agent_url, pending.task_id)
+                self._failing_since.setdefault(key, pending.since)
             self.want(pending.agent_url, pending.task_id, pending.up_to)
 
     async def stop(self) -> None:
         self._closed = True
-        for timer in self._timers:
+        for timer, _ in self._timers.values():
             timer.cancel()
+        self._timers.clear()
         tasks = list(self._running.values())
         for task in tasks:
             task.cancel()
@@ -239,21 +271,57 @@ class TaskFetcher:
         urgent.clear()
 
     def _later(self, key: Key, up_to: int) -> None:
-        # Notifications that arrived during the failed fetch are covered by the retry too.
+        # Notifications that arrived during the failed fetch are covered by the retry
+        # too, and so are those of a retry scheduled before (this one replaces it).
         up_to = max(up_to, self._wanted.pop(key, -1))
+        previous = self._timers.pop(key, None)
+        if previous is not None:
+            previous[0].cancel()
+            up_to = max(up_to, previous[1])
         if self._closed:
+            return
+        failures = self._failures.get(key, 0)
+        now = self._clock()
+        since = self._failing_since.setdefault(key, now)
+        if self._give_up_after is not None and now - since >= self._give_up_after:
+            self._give_up(key, failures + 1, now - since)
             return
         loop = asyncio.get_running_loop()
 
         def again() -> None:
-            self._timers.discard(handle)
+            self._timers.pop(key, None)
             self.want(key[0], key[1], up_to)
 
-        failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         delay = min(self._retry_later * 2 ** min(failures, 20), MAX_RETRY_LATER_SECONDS)
-        handle = loop.call_later(delay, again)
-        self._timers.add(handle)
+        self._timers[key] = (loop.call_later(delay, again), up_to)
+
+    def _succeeded(self, key: Key, up_to: int) -> None:
+        """The task's notifications up to ``up_to`` are covered (fetched, final, or
+        nothing left to fetch): its failures are forgotten, and a retry still scheduled
+        for no more than that is cancelled."""
+        self._failures.pop(key, None)
+        self._failing_since.pop(key, None)
+        scheduled = self._timers.get(key)
+        if scheduled is not None and scheduled[1] <= up_to:
+            scheduled[0].cancel()
+            del self._timers[key]
+
+    def _give_up(self, key: Key, rounds: int, failing_for: float) -> None:
+        """Stop trying ``key``: everything kept for it goes; its notifications stay
+        unfetched (a restart tries once more; the purge drops them after retention)."""
+        self._failures.pop(key, None)
+        self._failing_since.pop(key, None)
+        self._wanted.pop(key, None)
+        self._metrics.fetch_give_ups.inc()
+        log.warning(
+            "GetTask %s on %s has failed for %.1f hours (%d rounds); giving up on it "
+            "(its notifications stay unfetched until the purge)",
+            key[1],
+            _logged_url(key[0]),
+            failing_for / 3600,
+            rounds,
+        )
 
     async def _get_task(self, client: AgentClient, task_id: str) -> dict[str, Any]:
         """GetTask; tenacity (backoff with jitter) only once a first attempt failed."""
@@ -281,7 +349,7 @@ class TaskFetcher:
         if await self._store.is_final(agent_url, task_id):
             # Terminal tasks are final: nothing a later GetTask says can change them.
             await self._store.mark_fetched(agent_url, task_id, up_to)
-            self._failures.pop(key, None)
+            self._succeeded(key, up_to)
             return True
         client = self._clients.get(agent_url)
         if client is None:
@@ -296,7 +364,7 @@ class TaskFetcher:
                 # The agent no longer has the task: there is nothing left to fetch.
                 log.warning("GetTask %s on %s: %s; giving up on it", task_id, agent_url, exc)
                 await self._store.mark_fetched(agent_url, task_id, up_to)
-                self._failures.pop(key, None)
+                self._succeeded(key, up_to)
                 return True
             subs = await self._store.subscriptions_for_task(agent_url, task_id)
             if not any(s.state is SubscriptionState.ACTIVE for s in subs):
@@ -305,14 +373,14 @@ class TaskFetcher:
                     "GetTask %s on %s: %s; no subscription left, dropped", task_id, agent_url, exc
                 )
                 await self._store.mark_fetched(agent_url, task_id, up_to)
-                self._failures.pop(key, None)
+                self._succeeded(key, up_to)
                 return True
             # Anything else (the agent down, refusing our credentials, answering nonsense)
             # may be fixed on its side: the accepted notifications stay pending, and the
             # task is tried again later and later (see MAX_RETRY_LATER_SECONDS).
             log.warning("GetTask %s on %s: %s; will try again later", task_id, agent_url, exc)
             return False
-        self._failures.pop(key, None)
+        self._succeeded(key, up_to)
         self._metrics.fetch_latency.observe(time.perf_counter() - started)
         self._metrics.fetches.labels("ok").inc()
         event = await self._store.save_snapshot(

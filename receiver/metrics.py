@@ -55,6 +55,11 @@ class ReceiverMetrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self.fetch_give_ups = Counter(
+            "a2a_receiver_fetch_give_ups_total",
+            "Tasks given up on: their GetTask kept failing for longer than retention_days",
+            registry=r,
+        )
         self.snapshots = Counter(
             "a2a_receiver_snapshots_stored_total", "Task snapshots stored", registry=r
         )

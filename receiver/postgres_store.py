@@ -19,6 +19,7 @@ from a2a_push.store.sql import migrations, queries
 
 from .store import (
     FIRST_POSITION,
+    FinishedTaskPosition,
     Notification,
     PendingFetch,
     ReceiverStore,
@@ -254,20 +255,41 @@ class PostgresReceiverStore(ReceiverStore):
 
     async def pending_fetches(self, limit: int = 1000) -> list[PendingFetch]:
         rows = await self._fetch("pending_fetches", limit)
-        return [PendingFetch(r["agent_url"], r["task_id"], int(r["up_to"])) for r in rows]
+        return [
+            PendingFetch(r["agent_url"], r["task_id"], int(r["up_to"]), r["since"]) for r in rows
+        ]
 
     async def mark_fetched(self, agent_url: str, task_id: str, up_to: int) -> None:
         await self._run(
             lambda conn: conn.execute(self._sql["mark_fetched"], agent_url, task_id, up_to)
         )
 
-    async def _purge(self, statements: list[tuple[str, float]]) -> int:
-        async def op(conn: Any) -> int:
-            count = 0
-            for name, before in statements:
-                status = await conn.execute(self._sql[name], before)
-                count += int(status.split()[-1])
-            return count
+    async def _purge_batch(self, name: str, before: float, limit: int) -> int:
+        status = await self._run(lambda conn: conn.execute(self._sql[name], before, limit))
+        return int(status.split()[-1])
+
+    async def _end_finished_batch(
+        self, *, before: float, now: float, after: FinishedTaskPosition, limit: int
+    ) -> tuple[int, FinishedTaskPosition | None]:
+        async def op(conn: Any) -> tuple[int, FinishedTaskPosition | None]:
+            async with conn.transaction():
+                rows = await conn.fetch(
+                    self._sql["finished_tasks"], before, after[0], after[1], after[2], limit
+                )
+                if not rows:
+                    return 0, None
+                status = await conn.execute(
+                    self._sql["end_subscriptions_to_tasks"],
+                    now,
+                    [r["agent_url"] for r in rows],
+                    [r["task_id"] for r in rows],
+                    before,
+                )
+            last = rows[-1] if len(rows) == limit else None
+            ended = int(status.split()[-1])
+            if last is None:
+                return ended, None
+            return ended, (float(last["updated_at"]), last["agent_url"], last["task_id"])
 
         return await self._run(op)
 

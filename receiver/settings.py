@@ -211,8 +211,9 @@ class ReceiverSettings(_Model):
     retention_days: float = Field(
         default=7.0,
         gt=0,
-        description="fetched notifications, deleted subscriptions, superseded events and "
-        "unsubscribed tasks are purged after this",
+        description="subscriptions to tasks finished this long ago end; notifications "
+        "(fetched or not), deleted subscriptions, superseded events and unsubscribed tasks "
+        "are purged after this; a task whose GetTask keeps failing is given up on after this",
     )
     dedup_retention_hours: float = Field(
         default=DEFAULT_DEDUP_RETENTION_HOURS,

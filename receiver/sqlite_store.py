@@ -14,6 +14,7 @@ from a2a_push.store.sqlite_writer import SQLiteWriter, prepare_writer_connection
 
 from .store import (
     FIRST_POSITION,
+    FinishedTaskPosition,
     Notification,
     PendingFetch,
     ReceiverStore,
@@ -224,7 +225,7 @@ class SQLiteReceiverStore(ReceiverStore):
 
     async def pending_fetches(self, limit: int = 1000) -> list[PendingFetch]:
         return [
-            PendingFetch(r["agent_url"], r["task_id"], r["up_to"])
+            PendingFetch(r["agent_url"], r["task_id"], r["up_to"], r["since"])
             for r in self._all("pending_fetches", (limit,))
         ]
 
@@ -233,12 +234,31 @@ class SQLiteReceiverStore(ReceiverStore):
             lambda conn: conn.execute(self._sql["mark_fetched"], (agent_url, task_id, up_to))
         )
 
-    async def _purge(self, statements: list[tuple[str, float]]) -> int:
-        def op(conn: sqlite3.Connection) -> int:
-            return sum(
-                int(conn.execute(self._sql[name], (before,)).rowcount)
-                for name, before in statements
-            )
+    async def _purge_batch(self, name: str, before: float, limit: int) -> int:
+        return await self._write(
+            lambda conn: int(conn.execute(self._sql[name], (before, limit)).rowcount)
+        )
+
+    async def _end_finished_batch(
+        self, *, before: float, now: float, after: FinishedTaskPosition, limit: int
+    ) -> tuple[int, FinishedTaskPosition | None]:
+        def op(conn: sqlite3.Connection) -> tuple[int, FinishedTaskPosition | None]:
+            rows = conn.execute(
+                self._sql["finished_tasks"],
+                {
+                    "before": before,
+                    "after_updated_at": after[0],
+                    "after_agent_url": after[1],
+                    "after_task_id": after[2],
+                    "limit": limit,
+                },
+            ).fetchall()
+            ended = conn.executemany(
+                self._sql["end_subscriptions_to_task"],
+                [{"now": now, "before": before, "agent_url": r[0], "task_id": r[1]} for r in rows],
+            ).rowcount
+            last = rows[-1] if len(rows) == limit else None
+            return int(ended), None if last is None else (last[2], last[0], last[1])
 
         return await self._write(op)
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Final, Self
 
 
 class SubscriptionState(enum.StrEnum):
@@ -108,6 +108,20 @@ class PendingFetch:
     task_id: str
     up_to: int
     """The newest notification id; a fetch started now covers every one up to it."""
+    since: float | None = None
+    """When the oldest of those notifications was received: the task has waited for a
+    fetch since then (the fetcher gives up on one that keeps failing past a bound)."""
+
+
+FinishedTaskPosition = tuple[float, str, str]
+"""Where a finished task is in :meth:`ReceiverStore.end_finished_subscriptions`' walk:
+its ``(updated_at, agent_url, task_id)``."""
+
+FIRST_FINISHED: FinishedTaskPosition = (float("-inf"), "", "")
+
+PURGE_BATCH: Final = 1000
+"""Rows a purge deletes (subscriptions the maintenance ends, tasks it looks at) per
+transaction: none holds the writer long, however much is due."""
 
 
 class ReceiverStore(abc.ABC):
@@ -210,9 +224,10 @@ class ReceiverStore(abc.ABC):
         notifications_before: float,
         history_before: float | None = None,
         body_hashes_before: float | None = None,
+        batch: int = PURGE_BATCH,
     ) -> int:
-        """Drop dedup keys and fetched notifications older than the given times; how many
-        rows went.
+        """Drop dedup keys and notifications (fetched or not) older than the given times;
+        how many rows went.
 
         ``body_hashes_before``: dedup keys that are body hashes (senders that send no
         webhook id) go sooner: an identical body sent again later is a new notification.
@@ -220,19 +235,56 @@ class ReceiverStore(abc.ABC):
         before then that no subscription (active or deleted) names any more, and events
         created before then, except each remaining task's newest event: an SSE client
         resuming from an older id still gets every task's latest state.
+
+        Each statement deletes at most ``batch`` rows per transaction, again until fewer
+        go, so however much is due no one transaction holds the writer long.
         """
-        return await self._purge(
-            purge_statements(
-                seen_before=seen_before,
-                notifications_before=notifications_before,
-                history_before=history_before,
-                body_hashes_before=body_hashes_before,
-            )
-        )
+        total = 0
+        for name, before in purge_statements(
+            seen_before=seen_before,
+            notifications_before=notifications_before,
+            history_before=history_before,
+            body_hashes_before=body_hashes_before,
+        ):
+            while True:
+                deleted = await self._purge_batch(name, before, batch)
+                total += deleted
+                if deleted < batch:
+                    break
+        return total
 
     @abc.abstractmethod
-    async def _purge(self, statements: list[tuple[str, float]]) -> int:
-        """Run each (query name, cut-off) in order, in one transaction; rows deleted."""
+    async def _purge_batch(self, name: str, before: float, limit: int) -> int:
+        """Run the purge query ``name`` with its cut-off, deleting at most ``limit`` rows,
+        in a transaction of its own; rows deleted."""
+
+    async def end_finished_subscriptions(
+        self, *, before: float, now: float, batch: int = PURGE_BATCH
+    ) -> int:
+        """End (mark deleted at ``now``, as an unsubscribe does) the active subscriptions
+        made before ``before`` to tasks whose stored snapshot is final (a terminal state)
+        and was stored before ``before``: nothing can change them any more, and clients
+        rarely unsubscribe. The purge then drops the subscriptions, and later their tasks
+        and events, like any deleted ones. Walks the finished tasks oldest first,
+        ``batch`` of them per transaction; how many subscriptions ended."""
+        total = 0
+        after = FIRST_FINISHED
+        while True:
+            ended, last = await self._end_finished_batch(
+                before=before, now=now, after=after, limit=batch
+            )
+            total += ended
+            if last is None:
+                return total
+            after = last
+
+    @abc.abstractmethod
+    async def _end_finished_batch(
+        self, *, before: float, now: float, after: FinishedTaskPosition, limit: int
+    ) -> tuple[int, FinishedTaskPosition | None]:
+        """One transaction of :meth:`end_finished_subscriptions`: the next ``limit``
+        finished tasks after ``after``; subscriptions ended, and the position of the last
+        task looked at (None when there were fewer than ``limit``: the walk is over)."""
 
     # ---- snapshots and events --------------------------------------------------------
 
@@ -335,7 +387,7 @@ def purge_statements(
     body_hashes_before: float | None,
 ) -> list[tuple[str, float]]:
     """What :meth:`ReceiverStore.purge` runs: each backend's query of that name (in its
-    ``queries.sql``) with its cut-off, in this order."""
+    ``queries.sql``) with its cut-off, in this order (each in batches)."""
     statements = [("purge_seen", seen_before), ("purge_notifications", notifications_before)]
     if body_hashes_before is not None:
         statements.append(("purge_body_hashes", body_hashes_before))

@@ -56,38 +56,67 @@ INSERT INTO receiver_notifications
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id;
 
 -- name: pending_fetches
-SELECT agent_url, task_id, MAX(id) AS up_to FROM receiver_notifications
+SELECT agent_url, task_id, MAX(id) AS up_to, MIN(received_at) AS since
+FROM receiver_notifications
 WHERE NOT fetched GROUP BY agent_url, task_id ORDER BY MIN(id) LIMIT $1;
 
 -- name: mark_fetched
 UPDATE receiver_notifications SET fetched = TRUE
 WHERE agent_url = $1 AND task_id = $2 AND id <= $3 AND NOT fetched;
 
+-- The purges delete at most $2 rows each run (the caller repeats them until fewer go):
+-- no one statement holds its locks long.
+
 -- name: purge_seen
-DELETE FROM receiver_seen WHERE received_at < $1;
+DELETE FROM receiver_seen WHERE (agent_url, dedup_key) IN
+    (SELECT agent_url, dedup_key FROM receiver_seen WHERE received_at < $1 LIMIT $2);
 
 -- name: purge_body_hashes
-DELETE FROM receiver_seen WHERE received_at < $1 AND dedup_key LIKE 'sha256:%';
+DELETE FROM receiver_seen WHERE (agent_url, dedup_key) IN
+    (SELECT agent_url, dedup_key FROM receiver_seen
+     WHERE received_at < $1 AND dedup_key LIKE 'sha256:%' LIMIT $2);
 
 -- name: purge_notifications
-DELETE FROM receiver_notifications WHERE fetched AND received_at < $1;
+-- Fetched or not: a task given up on (its GetTask kept failing) leaves them unfetched.
+DELETE FROM receiver_notifications WHERE id IN
+    (SELECT id FROM receiver_notifications WHERE received_at < $1 LIMIT $2);
 
 -- name: purge_deleted_subscriptions
-DELETE FROM receiver_subscriptions WHERE state = 'deleted' AND deleted_at < $1;
+DELETE FROM receiver_subscriptions WHERE id IN
+    (SELECT id FROM receiver_subscriptions
+     WHERE state = 'deleted' AND deleted_at < $1 LIMIT $2);
 
 -- name: purge_tasks
-DELETE FROM receiver_tasks t
-WHERE t.updated_at < $1
-  AND NOT EXISTS (SELECT 1 FROM receiver_subscriptions s
-                  WHERE s.agent_url = t.agent_url AND s.task_id = t.task_id);
+DELETE FROM receiver_tasks WHERE (agent_url, task_id) IN
+    (SELECT t.agent_url, t.task_id FROM receiver_tasks t
+     WHERE t.updated_at < $1
+       AND NOT EXISTS (SELECT 1 FROM receiver_subscriptions s
+                       WHERE s.agent_url = t.agent_url AND s.task_id = t.task_id)
+     LIMIT $2);
 
 -- name: purge_events
-DELETE FROM receiver_events e
-WHERE e.created_at < $1
-  AND (EXISTS (SELECT 1 FROM receiver_events n
-               WHERE n.agent_url = e.agent_url AND n.task_id = e.task_id AND n.id > e.id)
-       OR NOT EXISTS (SELECT 1 FROM receiver_tasks t
-                      WHERE t.agent_url = e.agent_url AND t.task_id = e.task_id));
+DELETE FROM receiver_events WHERE id IN
+    (SELECT e.id FROM receiver_events e
+     WHERE e.created_at < $1
+       AND (EXISTS (SELECT 1 FROM receiver_events n
+                    WHERE n.agent_url = e.agent_url AND n.task_id = e.task_id AND n.id > e.id)
+            OR NOT EXISTS (SELECT 1 FROM receiver_tasks t
+                           WHERE t.agent_url = e.agent_url AND t.task_id = e.task_id))
+     LIMIT $2);
+
+-- name: finished_tasks
+-- The next batch of tasks in a terminal state stored before $1, oldest first, after the
+-- (updated_at, agent_url, task_id) of the last one of the batch before.
+SELECT agent_url, task_id, updated_at FROM receiver_tasks
+WHERE final AND updated_at < $1 AND (updated_at, agent_url, task_id) > ($2, $3, $4)
+ORDER BY updated_at, agent_url, task_id LIMIT $5;
+
+-- name: end_subscriptions_to_tasks
+-- The finished tasks' active subscriptions made before $4 end (as if unsubscribed).
+UPDATE receiver_subscriptions s SET state = 'deleted', deleted_at = $1
+FROM unnest($2::text[], $3::text[]) AS f(agent_url, task_id)
+WHERE s.agent_url = f.agent_url AND s.task_id = f.task_id AND s.state = 'active'
+  AND s.created_at < $4;
 
 -- name: lock_task
 SELECT final, status_timestamp, generation FROM receiver_tasks

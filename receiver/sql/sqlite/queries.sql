@@ -53,39 +53,66 @@ INSERT INTO notifications
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: pending_fetches
-SELECT agent_url, task_id, MAX(id) AS up_to FROM notifications
-WHERE fetched = 0 GROUP BY agent_url, task_id ORDER BY MIN(id) LIMIT ?;
+SELECT agent_url, task_id, MAX(id) AS up_to, MIN(received_at) AS since
+FROM notifications WHERE fetched = 0 GROUP BY agent_url, task_id ORDER BY MIN(id) LIMIT ?;
 
 -- name: mark_fetched
 UPDATE notifications SET fetched = 1
 WHERE agent_url = ? AND task_id = ? AND id <= ? AND fetched = 0;
 
+-- The purges delete at most :limit rows each run (the caller repeats them, a
+-- transaction each, until fewer go): no one transaction holds the writer long.
+
 -- name: purge_seen
-DELETE FROM seen WHERE received_at < ?;
+DELETE FROM seen WHERE (agent_url, dedup_key) IN
+    (SELECT agent_url, dedup_key FROM seen WHERE received_at < ? LIMIT ?);
 
 -- name: purge_body_hashes
-DELETE FROM seen WHERE received_at < ? AND dedup_key LIKE 'sha256:%';
+DELETE FROM seen WHERE (agent_url, dedup_key) IN
+    (SELECT agent_url, dedup_key FROM seen
+     WHERE received_at < ? AND dedup_key LIKE 'sha256:%' LIMIT ?);
 
 -- name: purge_notifications
-DELETE FROM notifications WHERE fetched = 1 AND received_at < ?;
+-- Fetched or not: a task given up on (its GetTask kept failing) leaves them unfetched.
+DELETE FROM notifications WHERE id IN
+    (SELECT id FROM notifications WHERE received_at < ? LIMIT ?);
 
 -- name: purge_deleted_subscriptions
-DELETE FROM subscriptions WHERE state = 'deleted' AND deleted_at < ?;
+DELETE FROM subscriptions WHERE id IN
+    (SELECT id FROM subscriptions WHERE state = 'deleted' AND deleted_at < ? LIMIT ?);
 
 -- name: purge_tasks
-DELETE FROM tasks
-WHERE updated_at < ?
-  AND NOT EXISTS (SELECT 1 FROM subscriptions s
-                  WHERE s.agent_url = tasks.agent_url AND s.task_id = tasks.task_id);
+DELETE FROM tasks WHERE rowid IN
+    (SELECT rowid FROM tasks
+     WHERE updated_at < ?
+       AND NOT EXISTS (SELECT 1 FROM subscriptions s
+                       WHERE s.agent_url = tasks.agent_url AND s.task_id = tasks.task_id)
+     LIMIT ?);
 
 -- name: purge_events
-DELETE FROM events
-WHERE created_at < ?
-  AND (EXISTS (SELECT 1 FROM events n
-               WHERE n.agent_url = events.agent_url AND n.task_id = events.task_id
-                 AND n.id > events.id)
-       OR NOT EXISTS (SELECT 1 FROM tasks t
-                      WHERE t.agent_url = events.agent_url AND t.task_id = events.task_id));
+DELETE FROM events WHERE id IN
+    (SELECT id FROM events
+     WHERE created_at < ?
+       AND (EXISTS (SELECT 1 FROM events n
+                    WHERE n.agent_url = events.agent_url AND n.task_id = events.task_id
+                      AND n.id > events.id)
+            OR NOT EXISTS (SELECT 1 FROM tasks t
+                           WHERE t.agent_url = events.agent_url AND t.task_id = events.task_id))
+     LIMIT ?);
+
+-- name: finished_tasks
+-- The next batch of tasks in a terminal state stored before :before, oldest first, after
+-- the (updated_at, agent_url, task_id) of the last one of the batch before.
+SELECT agent_url, task_id, updated_at FROM tasks INDEXED BY tasks_finished
+WHERE final = 1 AND updated_at < :before
+  AND (updated_at, agent_url, task_id) > (:after_updated_at, :after_agent_url, :after_task_id)
+ORDER BY updated_at, agent_url, task_id LIMIT :limit;
+
+-- name: end_subscriptions_to_task
+-- A finished task's active subscriptions made before :before end (as if unsubscribed).
+UPDATE subscriptions SET state = 'deleted', deleted_at = :now
+WHERE agent_url = :agent_url AND task_id = :task_id AND state = 'active'
+  AND created_at < :before;
 
 -- name: get_task
 SELECT * FROM tasks WHERE agent_url = ? AND task_id = ?;
