@@ -75,8 +75,8 @@ class Retention:
 
     Dead letters are kept longer than delivered ones: they are what you replay.
     ``final_tasks``: how long after a task's final event (a terminal state) its push
-    configs and sequence counter are kept; a task with a pending or dead delivery
-    keeps them until that settles or is purged.
+    configs are kept; a task with a pending or dead delivery keeps them until that
+    settles or is purged.
     """
 
     delivered: float | None = 7 * 24 * 3600.0
@@ -293,11 +293,12 @@ class PushNotifier:
         if self.retention.final_tasks is not None:
             tasks = 0
             while True:  # and for the configs of tasks finished long ago
+                # 100 at a time: on PostgreSQL each holds an advisory lock per task.
                 n = await self.store.purge_final_tasks(
-                    final_before=now - self.retention.final_tasks, limit=1000
+                    final_before=now - self.retention.final_tasks, limit=100
                 )
                 tasks += n
-                if n < 1000:
+                if n < 100:
                     break
             if tasks:
                 log.info("retention: deleted the push configs of %d finished tasks", tasks)
@@ -488,7 +489,12 @@ class PushNotifier:
                 f"{target_task!r} (got {getattr(snapshot, 'id', type(snapshot).__name__)!r})"
             )
         initial = (
-            InitialDelivery("task", self._renderer(snapshot, snapshot), new_delivery_id)
+            InitialDelivery(
+                "task",
+                self._renderer(snapshot, snapshot),
+                new_delivery_id,
+                final=_is_final(snapshot),
+            )
             if snapshot is not None
             else None
         )
@@ -565,6 +571,7 @@ class PushNotifier:
             self._renderer(task, task),
             new_id=new_delivery_id,
             only_config_key=config.key,
+            final=_is_final(task),
         )
         if ids:
             self.metrics.deliveries_enqueued.inc(len(ids))

@@ -126,6 +126,11 @@ def test_endpoints_that_stopped_failing_long_ago_are_forgotten() -> None:
     assert set(h.states(now=1115)) == {still}
     assert h.open_endpoints(now=1115) == {still}  # open until 1120
     assert h.admit(gone[0], now=1115) is None
+    # A probe let through long after the last failure keeps its breaker until it reports.
+    late = "http://late-probe.example:80"
+    h.record_failure(late, now=1115)
+    assert h.admit(late, now=1700) is None  # the probe
+    assert h.admit(late, now=1702) is not None  # not forgotten: the others still wait
 
 
 def test_secrets_stay_out_of_reprs() -> None:

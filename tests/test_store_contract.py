@@ -635,6 +635,34 @@ async def test_configs_of_tasks_finished_long_ago_are_purged_once_settled(store:
     )
     assert await store.purge_final_tasks(final_before=NOW + 10_000) == 1  # "recent"
     assert len(await store.configs_for_task("pending")) == 2
+    # The counter stays: a config registered again gets its snapshot after the old seqs.
+    again_config = await store.put_config(
+        config("done", id="c"),
+        initial=InitialDelivery("task", body_for, ids(), now=NOW + 20_000, final=True),
+    )
+    (snapshot,) = await store.list_deliveries(
+        DeliveryFilter(task_id="done", config_key=again_config.key)
+    )
+    assert snapshot.seq == 3
+    for d in await store.claim_due(100, lease_seconds=30, worker_id="w", now=NOW + 20_000):
+        if d.task_id == "done":
+            await store.complete([done(d)], now=NOW + 20_000)
+    assert await store.purge_final_tasks(final_before=NOW + 20_000) == 0  # final just now
+    assert await store.purge_final_tasks(final_before=NOW + 20_001) == 1  # its snapshot
+    # A task id used again after its end: a non-final event forgets the end.
+    await store.put_config(config("reused", id="a"))
+    await store.enqueue("reused", "statusUpdate", body_for, new_id=ids(), now=NOW, final=True)
+    await store.enqueue("reused", "statusUpdate", body_for, new_id=ids(), now=NOW + 1)
+    for at in (NOW + 30_000, NOW + 30_100):  # both events delivered, one lane
+        for d in await store.claim_due(100, lease_seconds=30, worker_id="w", now=at):
+            if d.task_id == "reused":
+                await store.complete([done(d)], now=at)
+    assert (
+        await store.list_deliveries(DeliveryFilter(task_id="reused", state=DeliveryState.PENDING))
+        == []
+    )
+    assert await store.purge_final_tasks(final_before=NOW + 40_000) == 0
+    assert len(await store.configs_for_task("reused")) == 1
 
 
 async def test_an_idempotency_key_makes_a_repeated_enqueue_return_the_first_result(

@@ -124,6 +124,11 @@ class EndpointHealth:
             return
         self._pruned_at = now
         quiet = self.max_cool_down + self.probe_timeout
-        stale = [key for key, e in self._endpoints.items() if now - e.last_failure > quiet]
+        stale = [
+            key
+            for key, e in self._endpoints.items()
+            # A probe in flight keeps its endpoint: its failure must re-open the breaker.
+            if now - max(e.last_failure, e.probing_since or 0.0) > quiet
+        ]
         for key in stale:
             del self._endpoints[key]

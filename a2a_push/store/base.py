@@ -147,6 +147,7 @@ class InitialDelivery:
     render: Renderer
     new_id: Callable[[], str]
     now: float | None = None
+    final: bool = False  # the snapshot is in a terminal state (see Store.enqueue)
 
 
 @dataclass(slots=True)
@@ -240,7 +241,8 @@ class Outbox(abc.ABC):
         """Fan an event out to the task's enabled configs in one transaction.
 
         ``final``: the event puts the task in a terminal state; the first such event's
-        time is kept for :meth:`purge_final_tasks`.
+        time is kept for :meth:`purge_final_tasks`, and a later event that is not final
+        (the task id reused, or events after the end) forgets it.
 
         Assigns the task's next sequence number and returns it with the delivery ids
         (empty, and no sequence number used, when the task has no configs).
@@ -251,11 +253,12 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
-        """Delete the configs and sequence counter of at most ``limit`` tasks whose final
-        event was published before ``final_before`` and that have no pending or dead
-        delivery (dead letters keep their config, to be replayed, until they are
-        purged themselves); returns how many tasks. Their delivered deliveries stay
-        until their own retention. Callers repeat while it returns ``limit``."""
+        """Delete the configs of at most ``limit`` tasks whose final event was published
+        before ``final_before`` and that have no pending or dead delivery (dead letters
+        keep their config, to be replayed, until they are purged themselves); returns
+        how many tasks. The task's sequence counter stays (a few bytes), so its seq
+        never goes back; its delivered deliveries stay until their own retention.
+        Callers repeat while it returns ``limit``."""
 
     @abc.abstractmethod
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:

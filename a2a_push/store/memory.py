@@ -89,6 +89,7 @@ class MemoryStore(Store):
                 new_id=initial.new_id,
                 only_config_key=stored.key,
                 now=initial.now,
+                final=initial.final,
             )
         return stored
 
@@ -174,10 +175,14 @@ class MemoryStore(Store):
             seq, ids, _at = self._idempotency[idempotency_key]
             return seq, list(ids)
         seq, ids = self._enqueue(
-            task_id, kind, render, new_id=new_id, only_config_key=only_config_key, now=now
+            task_id,
+            kind,
+            render,
+            new_id=new_id,
+            only_config_key=only_config_key,
+            now=now,
+            final=final,
         )
-        if final and ids:
-            self._task_final.setdefault(task_id, time.time() if now is None else now)
         if idempotency_key is not None:
             at = time.time() if now is None else now
             self._idempotency[idempotency_key] = (seq, list(ids), at)
@@ -195,8 +200,7 @@ class MemoryStore(Store):
                 config = self._configs.pop(key)
                 del self._config_index[(config.task_id, config.owner, config.id)]
             self._by_task.pop(task_id, None)
-            self._task_seq.pop(task_id, None)
-            del self._task_final[task_id]
+            del self._task_final[task_id]  # the counter stays: seq never goes back
         return len(doomed)
 
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
@@ -215,6 +219,7 @@ class MemoryStore(Store):
         new_id: Callable[[], str],
         only_config_key: str | None,
         now: float | None,
+        final: bool = False,
     ) -> tuple[int, list[str]]:
         now = time.time() if now is None else now
         targets = [
@@ -227,6 +232,10 @@ class MemoryStore(Store):
         bodies: dict[str, bytes] = {}
         seq = self._task_seq.get(task_id, 0) + 1
         self._task_seq[task_id] = seq
+        if final:
+            self._task_final.setdefault(task_id, now)
+        else:
+            self._task_final.pop(task_id, None)
         ids: list[str] = []
         for config in targets:
             body = bodies.get(config.protocol_version)

@@ -516,6 +516,7 @@ class PostgresStore(RowMapping, Store):
                     initial.new_id,
                     only_config_key=stored.key,
                     at=at,
+                    final=initial.final,
                 )
                 if ids:
                     await self._notify(conn)
@@ -630,12 +631,17 @@ class PostgresStore(RowMapping, Store):
     async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
         async with self._transaction() as conn:
             rows = await conn.fetch(_Q["final_tasks_to_purge"], final_before, limit)
+            candidates = [row["task_id"] for row in rows]
+            if not candidates:
+                return 0
+            # The tasks' locks first, as publishes and registrations take them (then
+            # their task_seq row): none is half done, and no deadlock. Checked again
+            # under them, in a statement that sees what committed meanwhile.
+            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, candidates)
+            rows = await conn.fetch(_Q["forget_tasks_final"], candidates, final_before)
             tasks = [row["task_id"] for row in rows]
             if tasks:
-                # Publishes of these tasks take the same locks: none is half done.
-                await conn.execute(_Q["lock_tasks"], _LOCK_TASK, tasks)
                 await conn.execute(_Q["delete_tasks_configs"], tasks)
-                await conn.execute(_Q["delete_tasks_seq"], tasks)
         return len(tasks)
 
     async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:

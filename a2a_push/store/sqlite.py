@@ -209,6 +209,7 @@ class SQLiteStore(RowMapping, Store):
                     initial.new_id,
                     only_config_key=stored.key,
                     now=initial.now,
+                    final=initial.final,
                 )
             return stored
 
@@ -450,7 +451,7 @@ class SQLiteStore(RowMapping, Store):
             rows = conn.execute(_Q["final_tasks_to_purge"], (final_before, limit)).fetchall()
             tasks = [(row[0],) for row in rows]
             conn.executemany(_Q["delete_task_configs"], tasks)
-            conn.executemany(_Q["delete_task_seq"], tasks)
+            conn.executemany(_Q["forget_task_final"], tasks)
             return len(tasks)
 
         return await self._write(op, sync=False)

@@ -111,27 +111,37 @@ DELETE FROM lanes WHERE config_key = $1;
 -- ---- outbox -------------------------------------------------------------------------
 
 -- name: next_task_seq
--- $2: now for a final event, else NULL; the first final event's time is kept.
+-- $2: now for a final event, else NULL: the first final event's time is kept, and an
+-- event that is not final (the task id reused) forgets it.
 INSERT INTO task_seq AS s (task_id, seq, final_at) VALUES ($1, 1, $2)
-ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1, final_at = coalesce(s.final_at, excluded.final_at)
+ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1,
+    final_at = CASE WHEN excluded.final_at IS NULL THEN NULL
+                    ELSE coalesce(s.final_at, excluded.final_at) END
 RETURNING seq;
 
 -- name: final_tasks_to_purge
--- Tasks finished before $1 with nothing left to send or replay (no pending or dead
--- delivery: dead letters keep their config until they are purged themselves).
+-- Candidates (no lock taken: the purge then takes the tasks' locks, as publishes do,
+-- and checks again in forget_tasks_final).
 SELECT s.task_id FROM task_seq s
 WHERE s.final_at IS NOT NULL AND s.final_at < $1
   AND NOT EXISTS (
       SELECT 1 FROM deliveries d WHERE d.task_id = s.task_id AND d.state <> 'delivered'
   )
-LIMIT $2
-FOR UPDATE SKIP LOCKED;
+LIMIT $2;
+
+-- name: forget_tasks_final
+-- Under the tasks' locks: those still finished before $2 with nothing left to send or
+-- replay (no pending or dead delivery: dead letters keep their config until they are
+-- purged). The counter stays (seq never goes back), no longer a candidate.
+UPDATE task_seq s SET final_at = NULL
+WHERE s.task_id = ANY($1::text[]) AND s.final_at < $2
+  AND NOT EXISTS (
+      SELECT 1 FROM deliveries d WHERE d.task_id = s.task_id AND d.state <> 'delivered'
+  )
+RETURNING s.task_id;
 
 -- name: delete_tasks_configs
 DELETE FROM configs WHERE task_id = ANY($1::text[]);
-
--- name: delete_tasks_seq
-DELETE FROM task_seq WHERE task_id = ANY($1::text[]);
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,

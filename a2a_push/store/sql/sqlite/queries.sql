@@ -69,9 +69,12 @@ WHERE config_key = ? AND state = 'pending';
 DELETE FROM lanes WHERE config_key = ?;
 
 -- name: next_task_seq
--- ?2: now for a final event, else NULL; the first final event's time is kept.
+-- ?2: now for a final event, else NULL: the first final event's time is kept, and an
+-- event that is not final (the task id reused) forgets it.
 INSERT INTO task_seq (task_id, seq, final_at) VALUES (?1, 1, ?2)
-ON CONFLICT (task_id) DO UPDATE SET seq = seq + 1, final_at = coalesce(final_at, excluded.final_at)
+ON CONFLICT (task_id) DO UPDATE SET seq = seq + 1,
+    final_at = CASE WHEN excluded.final_at IS NULL THEN NULL
+                    ELSE coalesce(final_at, excluded.final_at) END
 RETURNING seq;
 
 -- name: final_tasks_to_purge
@@ -87,8 +90,9 @@ LIMIT ?;
 -- name: delete_task_configs
 DELETE FROM configs WHERE task_id = ?;
 
--- name: delete_task_seq
-DELETE FROM task_seq WHERE task_id = ?;
+-- name: forget_task_final
+-- Its configs are gone: the counter stays (seq never goes back), no longer a candidate.
+UPDATE task_seq SET final_at = NULL WHERE task_id = ?;
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
