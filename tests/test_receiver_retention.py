@@ -35,6 +35,7 @@ from receiver.store import (
 
 from .conftest import postgres_schema, require_postgres
 from .receiver_support import API_KEY, rig, until
+from .test_receiver_store import make_store
 
 AGENT = "http://agent.test"
 DAY = 86400.0
@@ -43,13 +44,7 @@ SECRET_CREDENTIALS = "Bearer stale-secret-credentials"
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ReceiverStore]:
-    if request.param == "sqlite":
-        made: ReceiverStore = SQLiteReceiverStore(tmp_path / "r.db", synchronous="NORMAL")
-    else:
-        from receiver.postgres_store import PostgresReceiverStore
-
-        made = PostgresReceiverStore(require_postgres(), schema=postgres_schema())
-    async with made as s:
+    async with make_store(request.param, tmp_path) as s:
         yield s
 
 

@@ -154,27 +154,20 @@ class Gateway:
         """At start, then every MAINTENANCE_INTERVAL: forget finished tasks past their
         retention and delete retired keys past their grace. A failure is one warning
         line; the next run tries again."""
+        jobs = (
+            ("purging finished tasks", self.purge_finished_tasks),
+            ("pruning retired signing keys", self.prune_keys),
+        )
         while True:
-            try:
-                await self.purge_finished_tasks()
-            except StoreUnavailableError as exc:
-                log.warning("purging finished tasks failed; retrying in an hour (%s)", exc)
-            except Exception as exc:
-                log.warning(
-                    "purging finished tasks failed; retrying in an hour (%s: %s)",
-                    type(exc).__name__,
-                    exc,
-                )
-            try:
-                await self.prune_keys()
-            except StoreUnavailableError as exc:
-                log.warning("pruning retired signing keys failed; retrying in an hour (%s)", exc)
-            except Exception as exc:
-                log.warning(
-                    "pruning retired signing keys failed; retrying in an hour (%s: %s)",
-                    type(exc).__name__,
-                    exc,
-                )
+            for what, job in jobs:
+                try:
+                    await job()
+                except StoreUnavailableError as exc:
+                    log.warning("%s failed; retrying in an hour (%s)", what, exc)
+                except Exception as exc:
+                    log.warning(
+                        "%s failed; retrying in an hour (%s: %s)", what, type(exc).__name__, exc
+                    )
             await asyncio.sleep(MAINTENANCE_INTERVAL)
 
     async def purge_finished_tasks(
