@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -273,33 +274,26 @@ class PushNotifier:
         """Delete delivered and dead deliveries older than the retention; returns how many."""
         now = time.time() if now is None else now
         total = 0
+        # In small batches, each its own transaction, so publishes are never held up long.
         for state, keep in (
             (DeliveryState.DELIVERED, self.retention.delivered),
             (DeliveryState.DEAD, self.retention.dead),
         ):
-            if keep is None:
-                continue
-            while True:  # in small batches, so publishes are never held up for long
-                n = await self.store.purge(state, updated_before=now - keep, limit=1000)
-                total += n
-                if n < 1000:
-                    break
-        while True:  # the same for idempotency keys (one per publish that gave one)
-            n = await self.store.purge_idempotency_keys(
-                created_before=now - self.retention.idempotency_keys, limit=1000
-            )
-            if n < 1000:
-                break
+            if keep is not None:
+                purge = functools.partial(self.store.purge, state, updated_before=now - keep)
+                total += await _in_batches(purge, 1000)
+        # The same for idempotency keys (one per publish that gave one)...
+        cutoff = now - self.retention.idempotency_keys
+        await _in_batches(
+            functools.partial(self.store.purge_idempotency_keys, created_before=cutoff), 1000
+        )
+        # ...and for the configs of tasks finished long ago, 100 at a time: on
+        # PostgreSQL each holds an advisory lock per task.
         if self.retention.final_tasks is not None:
-            tasks = 0
-            while True:  # and for the configs of tasks finished long ago
-                # 100 at a time: on PostgreSQL each holds an advisory lock per task.
-                n = await self.store.purge_final_tasks(
-                    final_before=now - self.retention.final_tasks, limit=100
-                )
-                tasks += n
-                if n < 100:
-                    break
+            final_before = now - self.retention.final_tasks
+            tasks = await _in_batches(
+                functools.partial(self.store.purge_final_tasks, final_before=final_before), 100
+            )
             if tasks:
                 log.info("retention: deleted the push configs of %d finished tasks", tasks)
         return total
@@ -742,6 +736,16 @@ def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeo
 
 
 # ---- rendering ----------------------------------------------------------------------------
+
+
+async def _in_batches(purge: Callable[..., Awaitable[int]], batch: int) -> int:
+    """Call ``purge(limit=batch)`` until it deletes fewer than ``batch``; the total."""
+    total = 0
+    while True:
+        n = await purge(limit=batch)
+        total += n
+        if n < batch:
+            return total
 
 
 def _is_final(event: PushNotificationEvent) -> bool:
