@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import multiprocessing
 import stat
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -23,6 +25,7 @@ from a2a_push.signing import (
     SigningKey,
     public_key_from_jwk,
 )
+from a2a_push.signing import keys as keys_module
 
 ALGS = get_args(Algorithm)
 KTY = {"ES256": "EC", "EdDSA": "OKP", "RS256": "RSA"}
@@ -345,3 +348,67 @@ def test_a_stale_view_never_overwrites_a_rotation(tmp_path: Path) -> None:
     fresh = KeySet.load_or_create(tmp_path / "keys")
     assert fresh.active.kid == second.kid
     assert first.kid in {k["kid"] for k in fresh.jwks()["keys"]}
+
+
+def _load_or_create_in_a_process(directory: str, barrier: Any, results: Any) -> None:
+    barrier.wait()
+    try:
+        results.put(("ok", KeySet.load_or_create(directory).active.kid))
+    except Exception as exc:  # reported to the test
+        results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_processes_starting_together_share_one_new_key_set(tmp_path: Path) -> None:
+    # Each round: 4 processes open a key directory that does not exist yet, at once.
+    # They used to race on creating the directory (FileExistsError in the losers).
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(6):
+        directory = tmp_path / f"round-{round_}" / "keys"
+        barrier, results = ctx.Barrier(4), ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_load_or_create_in_a_process, args=(str(directory), barrier, results)
+            )
+            for _ in range(4)
+        ]
+        for proc in procs:
+            proc.start()
+        outcomes = [results.get(timeout=30) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=30)
+        assert [o for o in outcomes if o[0] == "error"] == []
+        assert len({kid for _, kid in outcomes}) == 1
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+def test_a_first_start_cut_off_before_its_metadata_starts_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "keys"
+
+    def disk_full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(keys_module, "_write_metadata", disk_full)
+        with pytest.raises(OSError, match="No space"):
+            KeySet.load_or_create(directory)
+    # The key written is left behind, with the marker naming it.
+    assert len(list(directory.glob("*.pem"))) == 1
+    keyset = KeySet.load_or_create(directory)
+    assert [p.name for p in directory.glob("*.pem")] == [f"{keyset.active.kid}.pem"]
+    assert not (directory / ".creating").exists()
+    assert KeySet.load_or_create(directory).active.kid == keyset.active.kid
+
+
+def test_a_lost_metadata_file_is_still_refused_after_a_completed_first_start(
+    tmp_path: Path,
+) -> None:
+    # The marker is gone once keys.json exists: a later loss of keys.json is not taken
+    # for a cut-off first start (which would throw the keys away).
+    keyset = KeySet.load_or_create(tmp_path)
+    assert not (tmp_path / ".creating").exists()
+    (tmp_path / "keys.json").unlink()
+    with pytest.raises(KeyStoreError, match=f"{keyset.active.kid}.pem"):
+        KeySet.load_or_create(tmp_path)
+    assert (tmp_path / f"{keyset.active.kid}.pem").exists()

@@ -37,6 +37,8 @@ _RSA_PUBLIC_EXPONENT: Final = 65537
 
 METADATA_FILE: Final = "keys.json"
 _LOCK_FILE: Final = ".lock"
+# Present only while a first start writes its key set (see KeySet.load_or_create).
+_CREATING_FILE: Final = ".creating"
 _METADATA_VERSION: Final = 1
 
 
@@ -347,15 +349,31 @@ class KeySet:
         keys (call :meth:`rotate` with another ``alg`` to switch).
         """
         path = Path(directory)
-        if not path.exists():
+        try:
             path.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            # Another process starting at the same time may have just made it.
+            if not path.is_dir():
+                raise KeyStoreError(
+                    "the key directory exists but is not a directory", path
+                ) from None
+        else:
             os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
-        elif not path.is_dir():
-            raise KeyStoreError("the key directory exists but is not a directory", path)
         with _locked(path):
             metadata_path = path / METADATA_FILE
+            creating = path / _CREATING_FILE
             if metadata_path.exists():
+                if creating.exists():  # a first start ended after its keys.json was written
+                    creating.unlink()
                 return _load(path, grace_period)
+            if creating.exists():
+                # A first start was cut off before its keys.json was written: the key it
+                # wrote was never published nor used. Start over.
+                name = creating.read_text("utf-8").strip()
+                if name and "/" not in name and name.endswith(".pem"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (path / name).unlink()
+                creating.unlink()
             orphans = sorted(p.name for p in path.glob("*.pem"))
             if orphans:
                 raise KeyStoreError(
@@ -365,8 +383,12 @@ class KeySet:
                     metadata_path,
                 )
             keyset = cls([SigningKey.generate(alg)], grace_period=grace_period, directory=path)
+            # The marker names the new key file until keys.json exists, so that a start cut
+            # off in between is told apart from a lost keys.json (see above).
+            _write_atomic(creating, _key_file_name(keyset.active).encode("utf-8"))
             _write_key_file(path, keyset.active)
             _write_metadata(path, keyset)
+            creating.unlink()
             return keyset
 
 
