@@ -10,7 +10,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from a2a_push.store.sql import migrate_sqlite, queries
 from a2a_push.store.sqlite import create_private_file
-from a2a_push.store.sqlite_writer import SQLiteWriter, prepare_writer_connection
+from a2a_push.store.sqlite_writer import SQLiteWriter, enable_wal, prepare_writer_connection
 
 from .store import (
     FIRST_POSITION,
@@ -63,7 +63,7 @@ class SQLiteReceiverStore(ReceiverStore):
         create_private_file(self.path)  # subscriptions and the tasks' results
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode = WAL")
+        enable_wal(conn)
         conn.execute("PRAGMA busy_timeout = 5000")
         migrate_sqlite(conn, _PACKAGE)
         # The writer never waits for a lock held by another process (another worker) nor

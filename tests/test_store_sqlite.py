@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from a2a_push.errors import SecretDecryptionError, StoreUnavailableError
+from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
 from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
-from a2a_push.store.sqlite_writer import SQLiteWriter
+from a2a_push.store.sqlite_writer import SQLiteWriter, enable_wal
 
 from . import wal_writer_worker
 from .conftest import config, ids
@@ -567,3 +568,35 @@ async def test_a_store_closed_while_its_task_is_being_cancelled_closes_everythin
     assert conn is not None
     with pytest.raises(sqlite3.ProgrammingError):
         conn.execute("SELECT 1")  # closed
+
+
+async def test_opening_waits_for_another_process_switching_a_new_file_to_wal(
+    tmp_path: Path,
+) -> None:
+    # Processes opening a new file together: while one holds the file (as its switch to
+    # WAL does), another's switch was refused at once ("database is locked").
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    timer = threading.Timer(0.3, holder.execute, ("COMMIT",))
+    timer.start()
+    store = SQLiteStore(path)
+    try:
+        await store.open()
+        assert (await store.stats()).pending == 0
+    finally:
+        timer.join()
+        await store.close()
+        holder.close()
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_database_that_cannot_use_wal_is_refused_clearly() -> None:
+    conn = sqlite3.connect(":memory:")
+    try:
+        with pytest.raises(StoreUnusableError, match="WAL mode"):
+            enable_wal(conn)
+    finally:
+        conn.close()

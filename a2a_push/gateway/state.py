@@ -24,6 +24,7 @@ from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, S
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
 from a2a_push.store.sqlite import create_private_file
+from a2a_push.store.sqlite_writer import enable_wal
 
 _SQLITE_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS gateway_tasks (
@@ -208,7 +209,7 @@ class SQLiteGatewayState(GatewayState):
         create_private_file(self.path)  # it holds the private signing keys
         # URIs on for the outbox's read-only ATTACH (a plain path is still a path).
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=True)
-        conn.execute("PRAGMA journal_mode = WAL")
+        enable_wal(conn)
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.executescript(_SQLITE_SCHEMA)
         self._conn = conn

@@ -46,7 +46,7 @@ from .paging import decode_page_token, encode_page_token
 from .rows import LEASED_UNTIL, RowMapping
 from .secrets import SecretBox
 from .sql import migrate_sqlite, queries
-from .sqlite_writer import SQLiteWriter, prepare_writer_connection
+from .sqlite_writer import SQLiteWriter, enable_wal, prepare_writer_connection
 
 T = TypeVar("T")
 _Q = queries("sqlite")
@@ -114,7 +114,7 @@ class SQLiteStore(RowMapping, Store):
     def _connect_writer(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode = WAL")
+        enable_wal(conn)
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate_sqlite(conn)  # with the default synchronous=FULL: the schema is durable

@@ -32,11 +32,12 @@ import asyncio
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
-from ..errors import StoreUnavailableError
+from ..errors import StoreUnavailableError, StoreUnusableError
 
 T = TypeVar("T")
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]", bool]
@@ -51,6 +52,29 @@ _WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _CATCH_UP_WAIT_MS: Final = 100
 
 log = logging.getLogger("a2a_push.store.sqlite")
+
+
+def enable_wal(conn: sqlite3.Connection, *, wait: float = 5.0) -> None:
+    """Put the database file in WAL mode (a setting of the file: later connections find
+    it so). The switch needs the file to itself, and SQLite may refuse it as busy without
+    waiting when other processes open a new file at the same moment; it is tried again
+    for up to ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    delay = 0.005
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    if str(mode).lower() != "wal":
+        raise StoreUnusableError(
+            f"SQLite could not put the database in WAL mode (its journal mode is {mode}): "
+            "use a file on a local file system"
+        )
 
 
 def prepare_writer_connection(conn: sqlite3.Connection) -> None:
