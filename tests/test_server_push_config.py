@@ -431,6 +431,9 @@ async def test_without_a_version_v10_method_names_are_served_as_v10(setup: Setup
         ({"taskId": TASK}, "url"),
         ({"taskId": TASK, "url": "ftp://93.184.215.14/x"}, "url"),
         ({"taskId": TASK, "url": "http://10.0.0.1/hook"}, "url"),
+        # Both once failed with -32603 (a ValueError, an IndexError from the URL parser).
+        ({"taskId": TASK, "url": "http://-1.1/hook"}, "url"),
+        ({"taskId": TASK, "url": "http://[]@/"}, "url"),
         ({"taskId": TASK, "url": 5}, "url"),
         ({"taskId": TASK, "url": HOOK, "token": "a\r\nX-Evil: 1"}, "token"),
         (

@@ -115,6 +115,9 @@ def test_judges_ipv6_by_the_embedded_ipv4_address(url: str, reaches: str) -> Non
         "http://127.0.0.1./",
         "http://1.2.3.4.5/",
         "http://134744072/",  # 8.8.8.8: numeric forms are refused even when public
+        "http://-1.1/",  # a sign: once a crash (a negative address) instead of a refusal
+        "http://+1.1/",
+        "http://1_0.1/",
     ],
 )
 def test_refuses_non_dotted_quad_numeric_hosts(url: str) -> None:
@@ -225,6 +228,15 @@ def test_allowlisted_host_name_admits_what_it_resolves_to() -> None:
     assert not policy.is_ip_allowed(ip("10.1.2.3"))
 
 
+def test_allowlisted_international_names_are_encoded_as_url_hosts_are() -> None:
+    # Python's "idna" codec (IDNA 2003) turned "faß.de" into another domain, fass.de.
+    policy = AddressPolicy(["faß.de", "*.ς.example"])
+    assert policy.is_ip_allowed(ip("10.1.2.3"), host=URL("http://faß.de/").raw_host)
+    assert not policy.is_ip_allowed(ip("10.1.2.3"), host="fass.de")
+    assert policy.is_ip_allowed(ip("10.1.2.3"), host=URL("http://a.ς.example/").raw_host)
+    assert not policy.is_ip_allowed(ip("10.1.2.3"), host="a.xn--4xa.example")  # "σ"
+
+
 def test_wildcard_host_entry_matches_subdomains_only() -> None:
     policy = AddressPolicy(["*.corp.example"])
     assert policy.is_ip_allowed(ip("10.0.0.1"), host="a.corp.example")
@@ -277,6 +289,10 @@ def test_allowlist_given_as_a_single_string_is_rejected() -> None:
         ("http://[v1.x]/", "not a valid IPv6 address"),
         ("http://exa%6Dple.com/", "not a valid host name"),
         ("http://example.com:99999/", "not a valid URL"),
+        ("http://example.com:0/", "port 0"),
+        # yarl raises IndexError on these (once a crash: -32603 / HTTP 500 on registration)
+        ("http://[]@/", "host part cannot be parsed"),
+        ("http://[@]0@", "host part cannot be parsed"),
         ("http://example.com/" + "a" * MAX_URL_LENGTH, "the limit is 2048"),
         ("", "must not be empty"),
     ],

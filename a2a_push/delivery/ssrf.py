@@ -43,6 +43,7 @@ _AUTHORITY: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://([^/?#]*)")
 _LABEL: Final = r"[A-Za-z0-9_](?:[A-Za-z0-9_\-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME: Final = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}\.?")
 _HEX_LABEL: Final = re.compile(r"0[xX][0-9A-Fa-f]*")
+_OCTAL_DIGITS: Final = frozenset("01234567")
 
 _LOOPBACK: Final = "loopback"
 _METADATA: Final = "cloud metadata"
@@ -165,15 +166,18 @@ def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
         return None
     numbers: list[int] = []
     for part in parts:
-        try:
-            if part[:2].lower() == "0x":
-                numbers.append(int(part[2:] or "0", 16))
-            elif len(part) > 1 and part.startswith("0"):
-                numbers.append(int(part, 8))
-            else:
-                numbers.append(int(part, 10))
-        except ValueError:
+        # Only what inet_aton reads: digits, or 0x and hex digits (int() would also take
+        # a sign, "_" and other digits).
+        if _HEX_LABEL.fullmatch(part) is not None:
+            numbers.append(int(part[2:] or "0", 16))
+        elif not (part.isascii() and part.isdigit()):
             return None
+        elif len(part) > 1 and part.startswith("0"):
+            if not set(part) <= _OCTAL_DIGITS:
+                return None
+            numbers.append(int(part, 8))
+        else:
+            numbers.append(int(part, 10))
     *head, last = numbers
     if any(n > 255 for n in head) or last >= 256 ** (5 - len(numbers)):
         return None
@@ -348,8 +352,14 @@ class AddressPolicy:
             )
         try:
             parsed = URL(url)
+            raw_host = parsed.raw_host
         except ValueError as exc:
             raise InvalidConfigError(field, f"is not a valid URL: {exc}") from None
+        except (IndexError, TypeError):
+            # yarl fails so on some malformed authorities, e.g. "http://[]@/".
+            raise InvalidConfigError(
+                field, "is not a valid URL: its host part cannot be parsed"
+            ) from None
         scheme = parsed.scheme
         if scheme not in _ALLOWED_SCHEMES:
             if not scheme or ("://" not in url and ("." in scheme or scheme == "localhost")):
@@ -369,7 +379,8 @@ class AddressPolicy:
                 "must not contain user-info ('user:password@'); "
                 "put credentials in the config's authentication or token instead",
             )
-        raw_host = parsed.raw_host
+        if parsed.explicit_port == 0:
+            raise InvalidConfigError(field, "has port 0, which cannot be dialled")
         if not raw_host:
             raise InvalidConfigError(field, "has no host; expected e.g. https://example.com/hook")
         return parsed, self._literal_ip(parsed, raw_host, authority, field)
@@ -473,8 +484,11 @@ def _parse_allow_entry(entry: object) -> ipaddress.IPv4Network | ipaddress.IPv6N
     wildcard = text.startswith("*.")
     name = (text[2:] if wildcard else text).rstrip(".").lower()
     try:
-        name = name.encode("idna").decode("ascii")
-    except UnicodeError:
+        # Encoded as URL hosts are (yarl: IDNA 2008 / UTS 46), so that an entry matches the
+        # hosts it names: Python's "idna" codec (IDNA 2003) maps "faß.de" to another
+        # domain, "fass.de".
+        name = URL.build(scheme="http", host=name).raw_host or ""
+    except (ValueError, UnicodeError):
         raise ValueError(f"allowlist entry {entry!r} is not a valid host name") from None
     if _HOSTNAME.fullmatch(name) is None or _looks_numeric(name):
         raise ValueError(
