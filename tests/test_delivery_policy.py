@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from a2a_push.delivery.health import BreakerState, EndpointHealth
@@ -40,6 +42,28 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470) == 10
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Tokyo"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Wed, 21 Oct 2015 07:28:00 GMT",  # IMF-fixdate
+        "Wednesday, 21-Oct-15 07:28:00 GMT",  # RFC 850
+        "Wed Oct 21 07:28:00 2015",  # asctime: GMT too, though it does not say so
+        "Wed, 21 Oct 2015 07:28:00 -0000",
+    ],
+)
+def test_every_http_date_form_is_gmt_whatever_the_local_zone(
+    monkeypatch: pytest.MonkeyPatch, zone: str, value: str
+) -> None:
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        assert parse_retry_after({"Retry-After": value}, now=1445412470) == 10
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_durable_delays_are_jittered_across_the_whole_band() -> None:
@@ -97,6 +121,21 @@ def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
     assert h.admit(e, now=10) is None  # probe sent, never reports back
     assert h.admit(e, now=20) is not None
     assert h.admit(e, now=41) is None  # a new probe after probe_timeout
+
+
+def test_failures_of_requests_sent_before_the_breaker_opened_do_not_lengthen_it() -> None:
+    # per_endpoint requests in flight fail together: the breaker opens once, for the
+    # first cool-down, not for the longest one.
+    h = EndpointHealth(failure_threshold=5, cool_down=10, max_cool_down=600)
+    e = "http://x:80"
+    for _ in range(16):
+        h.record_failure(e, now=100)
+    assert h.admit(e, now=101) == 110
+    h.record_failure(e, now=105)  # a straggler, while open
+    assert h.admit(e, now=106) == 110
+    assert h.admit(e, now=110) is None  # the probe
+    h.record_failure(e, now=111)
+    assert h.admit(e, now=112) == 131  # the second cool-down: 20 s
 
 
 def test_failed_probe_reopens_with_a_longer_cool_down() -> None:

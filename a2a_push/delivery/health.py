@@ -78,7 +78,11 @@ class EndpointHealth:
         e.failures += 1
         e.probing_since = None
         e.last_failure = now
-        if e.failures >= self.failure_threshold:
+        if e.failures >= self.failure_threshold and now >= e.open_until:
+            # Closed until now, or half-open (a probe failed): (re-)open, for longer each
+            # time. Failures while open come from requests sent before it opened (up to
+            # per_endpoint of them at once): counting them as trips would send the
+            # breaker to its longest cool-down on its first opening.
             e.trips += 1
             e.open_until = now + min(self.cool_down * 2 ** (e.trips - 1), self.max_cool_down)
 

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from tenacity import (
     AsyncRetrying,
@@ -76,6 +77,10 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
+    if when.tzinfo is None:
+        # The asctime form and "-0000" come back naive; every HTTP-date is GMT (RFC 9110),
+        # and timestamp() would read a naive one as local time.
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
