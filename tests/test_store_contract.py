@@ -397,6 +397,25 @@ async def test_release_gives_work_back_at_once(store: Store) -> None:
     assert again.id == d.id
 
 
+async def test_release_finds_the_lane_after_a_replay_put_an_older_delivery_first(
+    store: Store,
+) -> None:
+    # A graceful stop hands back the delivery in flight; a replay meanwhile made the
+    # lane's head an older one. The lease used to stay until it ran out.
+    await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=300, worker_id="w", now=NOW)
+    await store.complete([done(d1, "dead", status=400, error="HTTP 400")], now=NOW)
+    (d2,) = await store.claim_due(10, lease_seconds=300, worker_id="w", now=NOW + 1)
+    assert await store.replay([d1.id], now=NOW + 2) == 1
+    await store.release([d2.id], worker_id="someone-else")
+    assert await store.claim_due(10, lease_seconds=300, worker_id="x", now=NOW + 3) == []
+    await store.release([d2.id], worker_id="w")
+    (head,) = await store.claim_due(10, lease_seconds=300, worker_id="x", now=NOW + 3)
+    assert head.id == d1.id
+
+
 async def test_claim_limit_is_respected(store: Store) -> None:
     for i in range(5):
         await store.put_config(config(f"t{i}", id="a"))

@@ -250,11 +250,13 @@ UPDATE lanes SET head_id = $1 WHERE config_key = $2 AND task_id = $3;
 DELETE FROM lanes WHERE config_key = $1 AND task_id = $2;
 
 -- name: release_lanes
--- Only the worker's own leases: a lane whose lease expired and went to another worker
--- stays with that worker.
-UPDATE lanes SET due_at = d.next_attempt_at, lease_owner = NULL
-FROM deliveries d
-WHERE lanes.head_id = ANY ($1::text[]) AND lanes.lease_owner = $2 AND d.id = lanes.head_id;
+-- The lanes of the deliveries, whatever their heads are now (a replay may have put an
+-- older delivery first while one was in flight). Only the worker's own leases: a lane
+-- whose lease expired and went to another worker stays with that worker.
+UPDATE lanes SET due_at = h.next_attempt_at, lease_owner = NULL
+FROM deliveries d, deliveries h
+WHERE d.id = ANY ($1::text[]) AND lanes.config_key = d.config_key
+  AND lanes.task_id = d.task_id AND lanes.lease_owner = $2 AND h.id = lanes.head_id;
 
 -- name: delivery_by_id
 SELECT d.*, (SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) AS leased_until

@@ -184,9 +184,12 @@ UPDATE lanes SET head_id = ? WHERE config_key = ? AND task_id = ?;
 DELETE FROM lanes WHERE config_key = ? AND task_id = ?;
 
 -- name: release_lane
+-- The lane of the delivery, whatever its head is now (a replay may have put an older
+-- delivery first while this one was in flight); only the worker's own lease.
 UPDATE lanes SET due_at = (SELECT next_attempt_at FROM deliveries WHERE id = lanes.head_id),
        lease_owner = NULL
-WHERE head_id = ? AND lease_owner = ?;
+WHERE (config_key, task_id) = (SELECT config_key, task_id FROM deliveries WHERE id = ?1)
+  AND lease_owner = ?2;
 
 -- name: delivery_by_id
 SELECT d.*, (SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) AS leased_until
