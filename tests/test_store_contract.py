@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -454,6 +455,28 @@ async def test_replay_puts_the_older_event_first(store: Store) -> None:
     await store.replay([d1.id], now=NOW)
     (head,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
     assert head.seq == 1
+
+
+async def test_a_late_outcomes_config_side_effects_still_apply(store: Store) -> None:
+    # Worker A's lease ran out, B delivered; A's outcome comes late. Its delivery part is
+    # dropped, but what it says about the endpoint (410 Gone, failing since) stands, on
+    # every backend alike.
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="a", now=NOW)
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="b", now=NOW + 31)
+    await store.complete([done(again, worker_id="b")], now=NOW + 32)
+    late = done(d, "retry", status=503, next_attempt_at=NOW + 60, worker_id="a")
+    late = replace(late, config_failing_since=NOW)
+    await store.complete([late], now=NOW + 33)
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and got.failing_since == NOW
+    gone = done(d, "dead", status=410, disable_config="HTTP 410 Gone", worker_id="a")
+    await store.complete([gone], now=NOW + 34)
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and not got.enabled and got.disabled_reason == "HTTP 410 Gone"
+    delivered = await store.get_delivery(d.id)
+    assert delivered is not None and delivered.state is DeliveryState.DELIVERED
 
 
 async def test_outcome_can_disable_the_config(store: Store) -> None:

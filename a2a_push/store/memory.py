@@ -313,8 +313,22 @@ class MemoryStore(Store):
         """Record ``o``; False when it left the delivery alone (finished already, or its
         lane is leased to another worker now)."""
         d = self._deliveries.get(o.delivery_id)
-        if d is None or d.state is not DeliveryState.PENDING:
-            return False
+        applied = d is not None and d.state is DeliveryState.PENDING
+        if d is not None and applied:
+            applied = self._apply_to_delivery(d, o, now)
+        # The config side effects apply either way: they are facts about the endpoint.
+        config = self._configs.get(o.config_key)
+        if config is not None:
+            if o.config_failing_since is not None and config.failing_since is None:
+                config = replace(config, failing_since=o.config_failing_since)
+            if o.clear_config_failing:
+                config = replace(config, failing_since=None)
+            self._configs[config.key] = config
+            if o.disable_config is not None:
+                await self.set_config_enabled(config.key, False, o.disable_config)
+        return applied
+
+    def _apply_to_delivery(self, d: Delivery, o: Outcome, now: float) -> bool:
         lane_key = (d.config_key, d.task_id)
         lane = self._lanes.get(lane_key)
         applied = o.worker_id is None or lane is None or lane.lease_owner in (None, o.worker_id)
@@ -351,15 +365,6 @@ class MemoryStore(Store):
             lane.requeued_at = now
             if not lane.pending:
                 del self._lanes[lane_key]
-        config = self._configs.get(o.config_key)
-        if config is not None:
-            if o.config_failing_since is not None and config.failing_since is None:
-                config = replace(config, failing_since=o.config_failing_since)
-            if o.clear_config_failing:
-                config = replace(config, failing_since=None)
-            self._configs[config.key] = config
-            if o.disable_config is not None:
-                await self.set_config_enabled(config.key, False, o.disable_config)
         return applied
 
     async def complete_and_claim_next(
