@@ -479,6 +479,48 @@ async def test_a_late_outcomes_config_side_effects_still_apply(store: Store) -> 
     assert delivered is not None and delivered.state is DeliveryState.DELIVERED
 
 
+@pytest.mark.parametrize("how", ["disabled", "deleted"])
+async def test_a_delivery_in_flight_when_its_config_goes_keeps_its_real_outcome(
+    store: Store, how: str
+) -> None:
+    # Its webhook may well be answered 200: recorded as dead, it was replayed twice.
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    _, (queued,) = await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    if how == "disabled":
+        assert await store.set_config_enabled(c.key, False, "operator")
+    else:
+        assert await store.delete_config("task-1", "a", "alice")
+    behind = await store.get_delivery(queued)
+    assert behind is not None and behind.state is DeliveryState.DEAD
+    assert f"config {how}" in (behind.last_error or "")
+    in_flight = await store.get_delivery(d.id)
+    assert in_flight is not None and in_flight.state is DeliveryState.PENDING
+    assert (
+        await store.complete_and_claim_next(
+            done(d, status=200, worker_id="w"), lease_seconds=30, worker_id="w", now=NOW + 1
+        )
+        is None
+    )
+    got = await store.get_delivery(d.id)
+    assert got is not None and got.state is DeliveryState.DELIVERED and got.last_status == 200
+    assert (await store.stats(now=NOW + 2)).pending == 0
+
+
+async def test_a_delivery_in_flight_when_its_config_went_is_claimed_again_if_its_worker_died(
+    store: Store,
+) -> None:
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="gone", now=NOW)
+    assert await store.set_config_enabled(c.key, False, "operator")
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 1) == []
+    # After the lease: claimed with its config disabled (the dispatcher dead-letters it).
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
+    assert again.id == d.id and again.config is not None and not again.config.enabled
+
+
 async def test_outcome_can_disable_the_config(store: Store) -> None:
     c = await store.put_config(config(id="a"))
     await enqueue(store)

@@ -150,8 +150,15 @@ class MemoryStore(Store):
     def _dead_letter_config(self, key: str, reason: str, now: float | None) -> None:
         now = now or time.time()
         for lane_key in [k for k in self._lanes if k[0] == key]:
-            lane = self._lanes.pop(lane_key)
-            for delivery_id in lane.pending:
+            lane = self._lanes[lane_key]
+            pending = lane.pending
+            if lane.lease_owner is not None:
+                # In flight: its worker's outcome says what became of it (see the SQL
+                # stores' dead_letter_config_deliveries).
+                lane.pending, pending = pending[:1], pending[1:]
+            else:
+                del self._lanes[lane_key]
+            for delivery_id in pending:
                 d = self._deliveries[delivery_id]
                 self._deliveries[delivery_id] = replace(
                     d, state=DeliveryState.DEAD, last_error=reason, updated_at=now

@@ -102,11 +102,17 @@ SELECT key, secrets FROM configs WHERE secrets IS NOT NULL FOR UPDATE;
 UPDATE configs SET secrets = $1 WHERE key = $2;
 
 -- name: dead_letter_config_deliveries
+-- Not the deliveries in flight (their lanes' leased heads): their workers' outcomes say
+-- what became of them (a webhook answered 200 is delivered, not dead), and if a worker
+-- is gone, the claim after its lease finds the config disabled or deleted and
+-- dead-letters the delivery then.
 UPDATE deliveries SET state = 'dead', last_error = $1, updated_at = $2
-WHERE config_key = $3 AND state = 'pending';
+WHERE config_key = $3 AND state = 'pending'
+  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = $3 AND lease_owner IS NOT NULL);
 
 -- name: delete_config_lanes
-DELETE FROM lanes WHERE config_key = $1;
+-- All but the leased lanes (see dead_letter_config_deliveries).
+DELETE FROM lanes WHERE config_key = $1 AND lease_owner IS NULL;
 
 -- ---- outbox -------------------------------------------------------------------------
 

@@ -60,13 +60,19 @@ SELECT key, secrets FROM configs WHERE secrets IS NOT NULL;
 UPDATE configs SET secrets = ? WHERE key = ?;
 
 -- name: dead_letter_config_deliveries
--- The config's pending work, through the index that leads with config_key.
+-- The config's pending work, through the index that leads with config_key; but not the
+-- deliveries in flight (their lanes' leased heads): their workers' outcomes say what
+-- became of them (a webhook answered 200 is delivered, not dead), and if a worker is
+-- gone, the claim after its lease finds the config disabled or deleted and dead-letters
+-- the delivery then.
 UPDATE deliveries INDEXED BY deliveries_pending_by_lane
-SET state = 'dead', last_error = ?, updated_at = ?
-WHERE config_key = ? AND state = 'pending';
+SET state = 'dead', last_error = ?1, updated_at = ?2
+WHERE config_key = ?3 AND state = 'pending'
+  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = ?3 AND lease_owner IS NOT NULL);
 
 -- name: delete_config_lanes
-DELETE FROM lanes WHERE config_key = ?;
+-- All but the leased lanes (see dead_letter_config_deliveries).
+DELETE FROM lanes WHERE config_key = ? AND lease_owner IS NULL;
 
 -- name: next_task_seq
 -- ?2: now for a final event, else NULL: the first final event's time is kept, and an
