@@ -748,6 +748,28 @@ async def test_a_config_failing_for_too_long_is_disabled(
     assert c is not None and "failing" in (c.disabled_reason or "")
 
 
+async def test_work_coming_back_after_a_dead_letter_starts_a_new_failure_clock(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # The first event's retries run out; the config is quiet for longer than
+    # disable_after; then one 503. It used to disable the config at once (the clock of
+    # the old outage was still running), with no retry.
+    policy = RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), schedule=(0.2,))
+    n = await make_notifier(retry=policy, dispatcher=DispatcherOptions(disable_after=1.0))
+    cfg = await n.register_config(hook(sink), owner="o", task_id="t1")
+    sink.script("/hook", [503, 503])
+    (first,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await wait_until(lambda: _is(n, first, DeliveryState.DEAD))
+    c = await n.store.get_config_by_key(cfg.key)
+    assert c is not None and c.failing_since is None
+    await asyncio.sleep(1.2)
+    sink.script("/hook", [503])  # then 200s
+    (second,) = (await n.publish("t1", status("t1", TaskState.WORKING, "2"))).delivery_ids
+    await wait_until(lambda: _is(n, second, DeliveryState.DELIVERED))
+    c = await n.store.get_config_by_key(cfg.key)
+    assert c is not None and c.enabled
+
+
 async def test_breaker_defers_work_for_a_failing_endpoint(
     make_notifier: MakeNotifier, sink: WebhookSink
 ) -> None:

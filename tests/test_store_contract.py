@@ -521,6 +521,30 @@ async def test_a_delivery_in_flight_when_its_config_went_is_claimed_again_if_its
     assert again.id == d.id and again.config is not None and not again.config.enabled
 
 
+async def test_a_dead_letter_that_leaves_nothing_pending_stops_the_failure_clock(
+    store: Store,
+) -> None:
+    # Else, when work came back weeks later, the old clock disabled the config at its
+    # first failed attempt.
+    c = await store.put_config(config(id="a"))
+    await enqueue(store)
+    await enqueue(store)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    failing = replace(
+        done(d1, "retry", status=503, next_attempt_at=NOW, worker_id="w"),
+        config_failing_since=NOW,
+    )
+    await store.complete([failing], now=NOW)
+    (d1,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 1)
+    await store.complete([done(d1, "dead", status=503, worker_id="w")], now=NOW + 2)
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and got.failing_since == NOW  # the second event is pending
+    (d2,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 3)
+    await store.complete([done(d2, "dead", status=503, worker_id="w")], now=NOW + 4)
+    got = await store.get_config_by_key(c.key)
+    assert got is not None and got.failing_since is None
+
+
 async def test_outcome_can_disable_the_config(store: Store) -> None:
     c = await store.put_config(config(id="a"))
     await enqueue(store)

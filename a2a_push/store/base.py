@@ -109,6 +109,10 @@ class Outcome:
     disable_config: str | None = None  # reason, when the config must be disabled
     config_failing_since: float | None = None
     clear_config_failing: bool = False
+    # (And one the store applies by itself: a "dead" outcome that leaves the config with
+    # nothing pending stops its failure clock. The clock measures failing without a
+    # break in the work: started again weeks later, an old clock would disable the
+    # config at its first failed attempt, without a retry.)
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,7 +328,12 @@ class MemoryStore(Store):
         if config is not None:
             if o.config_failing_since is not None and config.failing_since is None:
                 config = replace(config, failing_since=o.config_failing_since)
-            if o.clear_config_failing:
+            if o.clear_config_failing or (
+                applied
+                and o.kind == "dead"
+                and o.disable_config is None
+                and (config.key, config.task_id) not in self._lanes  # its one lane
+            ):
                 config = replace(config, failing_since=None)
             self._configs[config.key] = config
             if o.disable_config is not None:

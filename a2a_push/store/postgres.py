@@ -889,6 +889,8 @@ async def _apply_outcome(
             )
         else:
             await _advance_lane(conn, o.config_key, o.task_id, now=at)
+        if o.kind == "dead" and o.disable_config is None:
+            await conn.execute(_Q["clear_config_failing_if_idle"], o.config_key)
     if o.config_failing_since is not None:
         await conn.execute(_Q["set_config_failing_since"], o.config_failing_since, o.config_key)
     if o.clear_config_failing:

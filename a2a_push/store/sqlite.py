@@ -566,6 +566,8 @@ def _apply_outcome(
             leased = _advance_lane(conn, o.config_key, o.task_id, lease_next=lease_next, now=at)
         else:
             _advance_lane(conn, o.config_key, o.task_id, now=at)
+        if o.kind == "dead" and o.disable_config is None:
+            conn.execute(_Q["clear_config_failing_if_idle"], (o.config_key,))
     if o.config_failing_since is not None:
         conn.execute(_Q["set_config_failing_since"], (o.config_failing_since, o.config_key))
     if o.clear_config_failing:

@@ -53,6 +53,12 @@ UPDATE configs SET failing_since = ? WHERE key = ? AND failing_since IS NULL;
 -- name: clear_config_failing
 UPDATE configs SET failing_since = NULL WHERE key = ? AND failing_since IS NOT NULL;
 
+-- name: clear_config_failing_if_idle
+-- After a dead letter: the config's failure clock stops when nothing of it is pending.
+UPDATE configs SET failing_since = NULL
+WHERE key = ?1 AND failing_since IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM lanes WHERE config_key = ?1);
+
 -- name: all_config_secrets
 SELECT key, secrets FROM configs WHERE secrets IS NOT NULL;
 
