@@ -770,6 +770,35 @@ async def test_work_coming_back_after_a_dead_letter_starts_a_new_failure_clock(
     assert c is not None and c.enabled
 
 
+async def test_quick_attempts_stop_before_the_claims_lease_would_end(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # The lease check assumes pauses of at most quick_retry_after_max; a quick_wait of
+    # 2.5 s made a claim outlive its 4 s lease, and the lane was claimed again while it
+    # was still being sent: event 1 arrived again after event 2.
+    policy = RetryPolicy(
+        quick_attempts=3,
+        quick_wait=wait_fixed(2.5),
+        quick_retry_after_max=0.1,
+        schedule=(0.2,) * 3,
+    )
+    n = await make_notifier(
+        retry=policy,
+        timeouts=Timeouts(connect=0.5, total=0.5),
+        dispatcher=DispatcherOptions(lease_seconds=4, drain_timeout=1),
+    )
+    sink.script("/hook", [503, 503, 503])
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    (first,) = (await n.publish("t1", status("t1", TaskState.WORKING, "1"))).delivery_ids
+    (second,) = (await n.publish("t1", status("t1", TaskState.WORKING, "2"))).delivery_ids
+    await wait_until(lambda: _is(n, second, DeliveryState.DELIVERED), timeout=20)
+    await asyncio.sleep(3.0)  # the first claim's late attempt would land meanwhile
+    # Two quick attempts (a third would have ended past the lease), then the schedule.
+    assert seqs(sink) == [1, 1, 1, 1, 2]
+    d = await n.store.get_delivery(first)
+    assert d is not None and d.state is DeliveryState.DELIVERED and d.attempts == 4
+
+
 async def test_breaker_defers_work_for_a_failing_endpoint(
     make_notifier: MakeNotifier, sink: WebhookSink
 ) -> None:

@@ -429,7 +429,8 @@ class Dispatcher:
         first_round = delivery.rounds == 0
         # All of this claim's waits for an endpoint slot share one budget, so the claim
         # ends before its lease (see the lease check in the notifier).
-        slot_deadline = time.monotonic() + self.options.lease_seconds * SLOT_WAIT_SHARE
+        started = time.monotonic()
+        slot_deadline = started + self.options.lease_seconds * SLOT_WAIT_SHARE
 
         async def attempt() -> HTTPResult:
             # An endpoint slot is held only for the HTTP exchange itself, not while the
@@ -473,7 +474,13 @@ class Dispatcher:
                     return earlier
                 return await attempt()
 
-            retrying = self.retry.quick(first_round=True)
+            # The attempts end within the rest of the lease, whatever the pauses between
+            # them are (the notifier's lease check assumes quick_retry_after_max at most).
+            retrying = self.retry.quick(
+                first_round=True,
+                deadline=started + self.options.lease_seconds * (1 - SLOT_WAIT_SHARE),
+                attempt_time=self.transport.timeouts.total,
+            )
             try:
                 result = await retrying(again)
             except A2APushError as exc:

@@ -149,11 +149,22 @@ class RetryPolicy:
     def retry(self) -> retry_base:
         return retry_if_exception(is_retryable_exception) | retry_if_result(is_retryable_result)
 
-    def quick(self, *, first_round: bool) -> AsyncRetrying:
-        """The in-process retrying loop for one claim (one attempt after the first round)."""
+    def quick(
+        self, *, first_round: bool, deadline: float | None = None, attempt_time: float = 0.0
+    ) -> AsyncRetrying:
+        """The in-process retrying loop for one claim (one attempt after the first round).
+
+        ``deadline`` (``time.monotonic()``): no attempt starts whose pause before it plus
+        ``attempt_time`` (the longest an attempt can take) would end past it; the loop
+        stops instead, and the delivery goes to the outbox's schedule. It keeps a claim
+        within its lease whatever ``quick_wait`` is."""
+        stop = stop_after_attempt(self.quick_attempts if first_round else 1) | (
+            _stop_on_long_retry_after(self.quick_retry_after_max)
+        )
+        if deadline is not None:
+            stop = stop | _stop_past_deadline(deadline, attempt_time)
         return AsyncRetrying(
-            stop=stop_after_attempt(self.quick_attempts if first_round else 1)
-            | _stop_on_long_retry_after(self.quick_retry_after_max),
+            stop=stop,
             wait=wait_retry_after(self.quick_wait, self.quick_retry_after_max),
             retry=self.retry,
             reraise=True,
@@ -195,6 +206,19 @@ class _stop_on_long_retry_after(stop_base):
             return False
         asked = parse_retry_after(result.headers)
         return asked is not None and asked > self.maximum
+
+
+class _stop_past_deadline(stop_base):
+    """Stop when the next attempt, after its pause, could end past ``deadline``."""
+
+    def __init__(self, deadline: float, attempt_time: float) -> None:
+        self.deadline = deadline
+        self.attempt_time = attempt_time
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        # (tenacity works out the pause before it asks whether to stop.)
+        ends = time.monotonic() + retry_state.upcoming_sleep + self.attempt_time
+        return ends > self.deadline
 
 
 def _last_outcome(retry_state: RetryCallState) -> HTTPResult:
