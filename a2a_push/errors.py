@@ -61,8 +61,3 @@ class StoreUnusableError(A2APushError):
     """The database answers but cannot be used as given: no such database or role, a
     refused password, or (for tools that never migrate) no outbox where one was expected.
     Not transient: the message says what to fix."""
-
-
-class CorruptRowError(A2APushError):
-    """A stored row cannot be read (written by another tool, or damaged); the message
-    names it. Claims never raise it: such a delivery is dead-lettered with the reason."""

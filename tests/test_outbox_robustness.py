@@ -26,7 +26,7 @@ from a2a_push.protocol.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a_push.store import Outcome, Store, StoredConfig
+from a2a_push.store import DeliveryFilter, DeliveryState, Outcome, Store, StoredConfig
 from a2a_push.store.sqlite import SQLiteStore
 from a2a_push.testing import WebhookSink
 
@@ -91,7 +91,7 @@ async def test_corrupt_rows_are_dead_lettered_and_other_lanes_go_on(
     assert sink.on("/bad-secrets") == [] and sink.on("/bad-body") == []
 
 
-def test_the_cli_names_a_corrupt_row_instead_of_a_traceback(
+def test_the_cli_lists_a_corrupt_row_with_its_reason_instead_of_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "push.db"
@@ -110,9 +110,51 @@ def test_the_cli_names_a_corrupt_row_instead_of_a_traceback(
     with conn:
         conn.execute("UPDATE deliveries SET state = 'weird'")
     conn.close()
-    assert cli_main(["deliveries", "list", "--database", str(db)]) == 1
-    err = capsys.readouterr().err
-    assert "cannot be read" in err and "Traceback" not in err
+    # Listed (once, the whole listing failed on it), with what is wrong with it.
+    assert cli_main(["deliveries", "list", "--database", str(db)]) == 0
+    out = capsys.readouterr()
+    assert "the stored delivery is corrupt" in out.out and "Traceback" not in out.err
+
+
+async def test_corrupt_rows_are_listed_with_their_reasons_and_a_foreign_state_is_dead_lettered(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "push.db"
+    async with SQLiteStore(db) as store:
+        for task in ("bad-body", "bad-state", "bad-seq", "good"):
+            await store.put_config(
+                StoredConfig(
+                    key=f"k-{task}",
+                    id="c",
+                    task_id=task,
+                    owner="o",
+                    url="http://h/",
+                    created_at=1.0,
+                )
+            )
+            await store.enqueue(
+                task, "statusUpdate", lambda v: b"{}", new_id=lambda t=task: f"d-{t}", now=1.0
+            )
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE deliveries SET body = 42 WHERE id = 'd-bad-body'")
+        conn.execute("UPDATE deliveries SET state = 'PENDING' WHERE id = 'd-bad-state'")
+        conn.execute("UPDATE deliveries SET seq = 'abc' WHERE id = 'd-bad-seq'")
+    conn.close()
+    async with SQLiteStore(db) as store:
+        listed = {d.id: d for d in await store.list_deliveries(DeliveryFilter())}
+        assert set(listed) == {"d-bad-body", "d-bad-state", "d-bad-seq", "d-good"}
+        assert "its body is int" in (listed["d-bad-body"].last_error or "")
+        assert "its seq is str" in (listed["d-bad-seq"].last_error or "")
+        claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=10.0)
+        # The foreign state is never sent: dead, with the reason (it was dropped unseen).
+        assert sorted(d.id for d in claimed) == ["d-bad-body", "d-bad-seq", "d-good"]
+        bad = {d.id: d.config_error for d in claimed if d.id != "d-good"}
+        assert all("corrupt" in (reason or "") for reason in bad.values())
+        got = await store.get_delivery("d-bad-state")
+        assert got is not None and got.state is DeliveryState.DEAD
+        assert "its state is 'PENDING'" in (got.last_error or "")
+        assert (await store.stats(now=11.0)).dead == 1
 
 
 def test_read_only_cli_commands_refuse_a_file_that_is_not_an_outbox(

@@ -711,3 +711,18 @@ async def test_only_sqlstate_55000_of_its_class_counts_as_an_outage() -> None:
     finally:
         await pool.execute(f"DROP TABLE IF EXISTS {table}")
         await pool.close()
+
+
+async def test_a_delivery_in_a_state_of_another_tool_is_dead_lettered_with_the_reason(
+    open_stores: OpenStores,
+) -> None:
+    (store,) = await open_stores(1)
+    await store.put_config(config(task_id="bad", id="a"))
+    await store.put_config(config(task_id="good", id="a"))
+    await enqueue(store, "bad")
+    await enqueue(store, "good")
+    await raw(f"UPDATE \"{store.schema}\".deliveries SET state = 'PENDING' WHERE task_id = 'bad'")
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 1)
+    assert [d.task_id for d in claimed] == ["good"]
+    (bad,) = await store.list_deliveries(DeliveryFilter(task_id="bad"))
+    assert bad.state is DeliveryState.DEAD and "its state is 'PENDING'" in (bad.last_error or "")

@@ -64,7 +64,7 @@ from .base import (
     check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
-from .rows import LEASED_UNTIL, RowMapping
+from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
 from .secrets import SecretBox
 from .sql import migrations, queries
 
@@ -679,6 +679,13 @@ class PostgresStore(RowMapping, Store):
                         # a lock while it holds lane rows, or it could deadlock with a
                         # completion.
                         if await conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, lane[1]):
+                            # A state that is none of ours: dead, with the reason.
+                            await conn.execute(
+                                _Q["dead_letter_corrupt_state"],
+                                corrupt_state_reason(row["state"]),
+                                at,
+                                row["id"],
+                            )
                             await _advance_lane(conn, *lane)
                         continue
                     claimed.append(self._claimed_from_row(row))

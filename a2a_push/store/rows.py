@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CorruptRowError, SecretDecryptionError
+from ..errors import SecretDecryptionError
 from .base import Delivery, DeliveryState, StoredConfig
 from .secrets import SecretBox
 
@@ -48,12 +48,40 @@ class RowMapping:
     def _delivery_from_row(
         row: Any, config: StoredConfig | None = None, config_error: str | None = None
     ) -> Delivery:
+        """The delivery of ``row``; never raises for a corrupt row (one written by another
+        tool, say): that one comes back as :meth:`_unreadable` says, so that a listing, or
+        a dead-letter replay by filter, still shows every other row, and this one with
+        what is wrong with it."""
         try:
             return RowMapping._delivery_fields(row, config, config_error)
-        except (TypeError, ValueError) as exc:
-            raise CorruptRowError(
-                f"delivery {str(row['id'])[:100]!r} cannot be read from the database: {exc}"
-            ) from exc
+        except Exception as exc:
+            return RowMapping._unreadable(row, exc)
+
+    @staticmethod
+    def _unreadable(row: Any, exc: Exception) -> Delivery:
+        """A corrupt delivery row as a delivery without a body or config, and with the
+        reason in ``config_error`` (the dispatcher dead-letters such a delivery)."""
+        try:
+            state = DeliveryState(row["state"])
+        except ValueError:
+            state = DeliveryState.DEAD  # a state that is none of ours is never sent
+        reason = f"the stored delivery is corrupt: {exc}"
+        return Delivery(
+            id=str(row["id"]),
+            config_key=str(row["config_key"]),
+            task_id=str(row["task_id"]),
+            seq=_int_or_zero(row["seq"]),
+            kind=str(row["kind"]),
+            body=b"",
+            state=state,
+            attempts=_int_or_zero(row["attempts"]),
+            next_attempt_at=0.0,
+            created_at=0.0,
+            updated_at=0.0,
+            last_error=str(row["last_error"]) if row["last_error"] is not None else reason,
+            config=None,
+            config_error=reason,
+        )
 
     @staticmethod
     def _delivery_fields(
@@ -63,12 +91,12 @@ class RowMapping:
             id=row["id"],
             config_key=row["config_key"],
             task_id=row["task_id"],
-            seq=row["seq"],
+            seq=_int(row["seq"], "seq"),
             kind=row["kind"],
             body=_body(row["body"]),
-            state=DeliveryState(row["state"]),
-            attempts=row["attempts"],
-            rounds=row["rounds"],
+            state=_state(row["state"]),
+            attempts=_int(row["attempts"], "attempts"),
+            rounds=_int(row["rounds"], "rounds"),
             next_attempt_at=row["next_attempt_at"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
@@ -94,24 +122,28 @@ class RowMapping:
                 config_error = str(exc)
             except Exception as exc:
                 config_error = f"the stored config is corrupt ({type(exc).__name__}: {exc})"
-        try:
-            return self._delivery_from_row(row, config, config_error)
-        except Exception as exc:
-            return Delivery(
-                id=str(row["id"]),
-                config_key=str(row["config_key"]),
-                task_id=str(row["task_id"]),
-                seq=row["seq"] if isinstance(row["seq"], int) else 0,
-                kind=str(row["kind"]),
-                body=b"",
-                state=DeliveryState.PENDING,
-                attempts=row["attempts"] if isinstance(row["attempts"], int) else 0,
-                next_attempt_at=0.0,
-                created_at=0.0,
-                updated_at=0.0,
-                config=None,
-                config_error=f"the stored delivery is corrupt ({type(exc).__name__}: {exc})",
-            )
+        return self._delivery_from_row(row, config, config_error)
+
+
+def _state(value: Any) -> DeliveryState:
+    try:
+        return DeliveryState(value)
+    except ValueError:
+        raise ValueError(f"its state is {str(value)[:40]!r}") from None
+
+
+def _int(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"its {name} is {type(value).__name__}, not an integer")
+    return value
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def corrupt_state_reason(state: Any) -> str:
+    return f"the stored delivery is corrupt: its state is {str(state)[:40]!r}"
 
 
 def _body(value: Any) -> bytes:
@@ -121,4 +153,4 @@ def _body(value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
-    raise TypeError(f"the body is {type(value).__name__}, not bytes")
+    raise TypeError(f"its body is {type(value).__name__}, not bytes")

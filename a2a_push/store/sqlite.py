@@ -43,7 +43,7 @@ from .base import (
     check_same_version,
 )
 from .paging import decode_page_token, encode_page_token
-from .rows import LEASED_UNTIL, RowMapping
+from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
 from .secrets import SecretBox
 from .sql import migrate_sqlite, queries
 from .sqlite_writer import SQLiteWriter, enable_wal, prepare_writer_connection
@@ -337,6 +337,11 @@ class SQLiteStore(RowMapping, Store):
             for row in rows:
                 if row["state"] != DeliveryState.PENDING.value:
                     # A lane whose head is no longer pending: repair it (never expected).
+                    # A state that is none of ours is dead-lettered first, with the reason.
+                    conn.execute(
+                        _Q["dead_letter_corrupt_state"],
+                        (corrupt_state_reason(row["state"]), at, row["id"]),
+                    )
                     _advance_lane(conn, row["lane_config_key"], row["lane_task_id"], now=at)
                     continue
                 claimed.append(self._claimed_from_row(row))

@@ -238,6 +238,11 @@ WHERE id = $6 AND state = 'pending';
 -- name: defer_delivery
 UPDATE deliveries SET next_attempt_at = $1, updated_at = $2 WHERE id = $3 AND state = 'pending';
 
+-- name: dead_letter_corrupt_state
+-- A delivery whose state is none of ours (written by another tool): dead, with the reason.
+UPDATE deliveries SET state = 'dead', last_error = $1, updated_at = $2
+WHERE id = $3 AND state NOT IN ('pending', 'delivered', 'dead');
+
 -- name: lane_head
 SELECT id, next_attempt_at FROM deliveries
 WHERE config_key = $1 AND task_id = $2 AND state = 'pending'

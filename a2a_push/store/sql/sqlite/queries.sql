@@ -175,6 +175,11 @@ WHERE id = ? AND state = 'pending';
 -- name: defer_delivery
 UPDATE deliveries SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'pending';
 
+-- name: dead_letter_corrupt_state
+-- A delivery whose state is none of ours (written by another tool): dead, with the reason.
+UPDATE deliveries SET state = 'dead', last_error = ?1, updated_at = ?2
+WHERE id = ?3 AND state NOT IN ('pending', 'delivered', 'dead');
+
 -- name: lane_head
 SELECT id, next_attempt_at FROM deliveries
 WHERE config_key = ? AND task_id = ? AND state = 'pending'
