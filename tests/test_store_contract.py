@@ -92,6 +92,17 @@ async def test_list_configs_pages_and_scopes(store: Store) -> None:
         await store.list_configs("task-1", "alice", page_token="%%%")
 
 
+@pytest.mark.parametrize("size", [0, -1, True, 2.5])
+async def test_list_configs_refuses_a_page_size_that_is_not_positive(
+    store: Store, size: object
+) -> None:
+    # 0 gave an empty page with no token (the end of the list, it seemed); -1 gave
+    # different answers on each backend.
+    await store.put_config(config(id="c0"))
+    with pytest.raises(InvalidConfigError, match="pageSize"):
+        await store.list_configs("task-1", "alice", page_size=size)  # type: ignore[arg-type]
+
+
 async def test_delete_config_dead_letters_its_pending_deliveries(store: Store) -> None:
     c = await store.put_config(config(id="a"))
     _, (delivery_id,) = await enqueue(store)

@@ -21,7 +21,7 @@ from .base import (
     StoreOptions,
     check_same_version,
 )
-from .paging import decode_page_token, encode_page_token
+from .paging import check_page_size, decode_page_token, encode_page_token
 
 
 @dataclass(slots=True)
@@ -103,6 +103,7 @@ class MemoryStore(Store):
     async def list_configs(
         self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
     ) -> tuple[list[StoredConfig], str | None]:
+        check_page_size(page_size)
         after = decode_page_token(page_token)
         matching = sorted(
             (c for c in self._task_configs(task_id) if c.owner == owner),

@@ -8,6 +8,14 @@ import binascii
 from ..errors import InvalidConfigError
 
 
+def check_page_size(page_size: object) -> int:
+    """A config listing's page size: a positive integer (0 gave an empty page that looked
+    like the end of the list; a negative one, a different answer on each backend)."""
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise InvalidConfigError("pageSize", f"must be a positive integer, got {page_size!r}")
+    return page_size
+
+
 def encode_page_token(last_id: str) -> str:
     return base64.urlsafe_b64encode(last_id.encode("utf-8")).decode("ascii").rstrip("=")
 

@@ -63,7 +63,7 @@ from .base import (
     StoreOptions,
     check_same_version,
 )
-from .paging import decode_page_token, encode_page_token
+from .paging import check_page_size, decode_page_token, encode_page_token
 from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
 from .secrets import SecretBox
 from .sql import migrations, queries
@@ -535,6 +535,7 @@ class PostgresStore(RowMapping, Store):
     async def list_configs(
         self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
     ) -> tuple[list[StoredConfig], str | None]:
+        check_page_size(page_size)
         after = decode_page_token(page_token) or ""
         async with self._connection() as conn:
             rows = await conn.fetch(_Q["configs_page"], task_id, owner, after, page_size + 1)

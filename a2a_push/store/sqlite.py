@@ -42,7 +42,7 @@ from .base import (
     StoreOptions,
     check_same_version,
 )
-from .paging import decode_page_token, encode_page_token
+from .paging import check_page_size, decode_page_token, encode_page_token
 from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
 from .secrets import SecretBox
 from .sql import migrate_sqlite, queries
@@ -226,6 +226,7 @@ class SQLiteStore(RowMapping, Store):
     async def list_configs(
         self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
     ) -> tuple[list[StoredConfig], str | None]:
+        check_page_size(page_size)
         after = decode_page_token(page_token) or ""
         rows = await self._read(_Q["configs_page"], (task_id, owner, after, page_size + 1))
         page = [self._config_from_row(r) for r in rows[:page_size]]
