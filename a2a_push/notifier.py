@@ -777,7 +777,11 @@ def _render_v10(event: PushNotificationEvent, limit: int) -> bytes:
     if len(body) <= limit:
         return body
     slim = _slim(event)
-    return _STREAM_KEYS[type(slim)] + slim.to_json_bytes() + b"}"
+    body = _STREAM_KEYS[type(slim)] + slim.to_json_bytes() + b"}"
+    if len(body) > limit and isinstance(slim, TaskArtifactUpdateEvent):
+        slim = _slim(event, keep_name=False)
+        body = _STREAM_KEYS[type(slim)] + slim.to_json_bytes() + b"}"
+    return body
 
 
 def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> bytes:
@@ -799,11 +803,15 @@ def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> 
         slim_task = _slim(task)
         assert isinstance(slim_task, Task)
         task = slim_task
-    return dump(_slim(event))
+    body = dump(_slim(event))
+    if len(body) > limit and isinstance(event, TaskArtifactUpdateEvent):
+        body = dump(_slim(event, keep_name=False))
+    return body
 
 
-def _slim(event: PushNotificationEvent) -> PushNotificationEvent:
-    """The event without its large parts, flagged; the receiver's GetTask gets the rest."""
+def _slim(event: PushNotificationEvent, *, keep_name: bool = True) -> PushNotificationEvent:
+    """The event without its large parts, flagged; the receiver's GetTask gets the rest.
+    ``keep_name=False``: an artifact's name goes too (for when it is large itself)."""
     flag = {TRUNCATED_FLAG: True}
     if isinstance(event, Task):
         return Task(
@@ -824,7 +832,7 @@ def _slim(event: PushNotificationEvent) -> PushNotificationEvent:
         context_id=event.context_id,
         artifact=Artifact(
             artifact_id=event.artifact.artifact_id,
-            name=event.artifact.name,
+            name=event.artifact.name if keep_name else None,
             parts=[Part(text=_TRUNCATED_NOTE)],
         ),
         append=event.append,

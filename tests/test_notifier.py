@@ -237,6 +237,31 @@ async def test_oversized_events_are_sent_slimmed_and_flagged(
     assert body["artifactUpdate"]["artifact"]["artifactId"] == "a1"
 
 
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_slimmed_artifact_update_leaves_out_a_large_name_too(
+    make_notifier: MakeNotifier, sink: WebhookSink, version: str
+) -> None:
+    # Slimmed, it kept the name: 300 kB over a 2 kB limit.
+    n = await make_notifier(max_payload_bytes=2048)
+    await n.register_config(hook(sink), owner="o", task_id="t1", protocol_version=version)
+    small_name = TaskArtifactUpdateEvent(
+        task_id="t1",
+        context_id="ctx",
+        artifact=Artifact(artifact_id="a1", name="report", parts=[Part(text="x" * 10_000)]),
+    )
+    large_name = TaskArtifactUpdateEvent(
+        task_id="t1",
+        context_id="ctx",
+        artifact=Artifact(artifact_id="a2", name="n" * 300_000, parts=[Part(text="x")]),
+    )
+    await n.publish("t1", small_name)
+    await n.publish("t1", large_name)
+    await sink.wait_for(2)
+    first, second = (r.body for r in sink.received)
+    assert len(first) < 2048 and b'"report"' in first  # a small name stays
+    assert len(second) < 2048 and b"nnnn" not in second and TRUNCATED_FLAG.encode() in second
+
+
 async def test_event_for_another_task_is_refused(make_notifier: MakeNotifier) -> None:
     n = await make_notifier()
     with pytest.raises(ValueError, match="not 't2'"):
