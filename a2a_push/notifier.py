@@ -136,6 +136,20 @@ class PushNotifier:
         self.issuer = issuer
         self.keyset = keyset if keyset is not None else KeySet.generate()
         self.signer = WebhookSigner(self.keyset, issuer) if signing else None
+        if transport is not None and address_policy is None:
+            # Registrations are checked as the transport will dial.
+            address_policy = transport.policy
+        elif transport is not None and address_policy is not None:
+            theirs = transport.policy
+            if (address_policy.allow, address_policy.allow_loopback) != (
+                theirs.allow,
+                theirs.allow_loopback,
+            ):
+                raise ValueError(
+                    f"address_policy= ({address_policy!r}) and transport= (whose policy is "
+                    f"{theirs!r}) disagree: registrations would be checked by one and "
+                    "requests by the other; give the policy to the Transport only"
+                )
         self.address_policy = address_policy or AddressPolicy()
         self.metrics = metrics or Metrics()
         dispatcher = dispatcher or DispatcherOptions()

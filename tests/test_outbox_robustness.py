@@ -240,6 +240,28 @@ def test_the_lease_check_uses_a_given_transports_timeouts() -> None:
         )
 
 
+def test_registrations_are_checked_with_a_given_transports_address_policy() -> None:
+    # Without address_policy=, registrations were checked with the strict default while
+    # the transport dialled with its own policy (and two different policies passed).
+    transport = Transport(LOOPBACK, Timeouts())
+    notifier = PushNotifier(SQLiteStore(":memory:"), issuer=ISSUER, transport=transport)
+    assert notifier.address_policy is transport.policy
+    same = AddressPolicy(allow_loopback=True)
+    assert (
+        PushNotifier(
+            SQLiteStore(":memory:"), issuer=ISSUER, transport=transport, address_policy=same
+        ).address_policy
+        is same
+    )
+    with pytest.raises(ValueError, match=r"address_policy= .* disagree"):
+        PushNotifier(
+            SQLiteStore(":memory:"),
+            issuer=ISSUER,
+            transport=transport,
+            address_policy=AddressPolicy(allow=["10.0.0.0/8"]),
+        )
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_backlogged_endpoints_filling_the_claim_window_do_not_delay_others(
     backend: str, tmp_path: Path
