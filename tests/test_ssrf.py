@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
 import socket
@@ -311,6 +312,23 @@ def test_url_of_exactly_the_maximum_length_is_accepted() -> None:
 
 
 # -- check_url (registration time, resolves names) -------------------------------------
+
+
+class SilentResolver(FixedResolver):
+    """A name server that never answers."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_check_url_gives_up_on_a_name_server_that_does_not_answer() -> None:
+    with pytest.raises(InvalidConfigError, match=r"could not be resolved within 0.2 s"):
+        await AddressPolicy().check_url(
+            "http://slow.example/hook", resolver=SilentResolver({}), timeout=0.2
+        )
 
 
 async def test_check_url_refuses_a_name_resolving_to_loopback() -> None:

@@ -11,6 +11,7 @@ Two layers share one :class:`AddressPolicy`:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import re
@@ -297,12 +298,19 @@ class AddressPolicy:
         return parsed
 
     async def check_url(
-        self, url: str, field: str = "url", resolver: AbstractResolver | None = None
+        self,
+        url: str,
+        field: str = "url",
+        resolver: AbstractResolver | None = None,
+        *,
+        timeout: float = 5.0,
     ) -> None:
         """Registration-time check: :meth:`validate_url`, then resolve the host name.
 
         Refuses the URL if ANY address the name resolves to is refused, or if the name
-        does not resolve. Uses ``resolver`` if given, else a threaded system resolver.
+        does not resolve (within ``timeout`` seconds: a registration never waits on a
+        slow name server for longer). Uses ``resolver`` if given, else a threaded system
+        resolver.
         """
         parsed, literal = self._parse_url(url, field)
         host = parsed.raw_host or ""
@@ -314,7 +322,12 @@ class AddressPolicy:
         owned = resolver is None
         active = aiohttp.ThreadedResolver() if resolver is None else resolver
         try:
-            answers = await active.resolve(host, 0, family=socket.AF_UNSPEC)
+            async with asyncio.timeout(timeout):
+                answers = await active.resolve(host, 0, family=socket.AF_UNSPEC)
+        except TimeoutError:
+            raise InvalidConfigError(
+                field, f"host {host!r} could not be resolved within {timeout:g} s"
+            ) from None
         except UnsafeURLError as exc:
             raise UnsafeURLError(exc.message, field) from None
         except OSError as exc:
