@@ -45,6 +45,18 @@ async def test_secrets_are_encrypted_at_rest(tmp_path: Path) -> None:
     assert b"Bearer" in data  # the scheme is not secret
 
 
+async def test_a_deleted_configs_secrets_do_not_linger_in_the_file(tmp_path: Path) -> None:
+    # Stored in clear (no key): once deleted, its bytes are overwritten, not left in a
+    # free page (the writer sets secure_delete, whatever the build's default).
+    db = tmp_path / "push.db"
+    token = "tok-CLEAR-0987654321"
+    async with SQLiteStore(db) as store:
+        await store.put_config(config(id="a", token=token))
+        assert await store.delete_config("task-1", "a", "alice")
+    # (Closed: the WAL, which held the insert's page, is checkpointed and gone.)
+    assert token.encode() not in raw_bytes(db)
+
+
 async def test_wrong_key_is_an_error_never_plaintext(tmp_path: Path) -> None:
     db = tmp_path / "push.db"
     async with SQLiteStore(db, StoreOptions(encryption_keys=[generate_key()])) as store:

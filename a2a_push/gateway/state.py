@@ -210,6 +210,7 @@ class SQLiteGatewayState(GatewayState):
         # URIs on for the outbox's read-only ATTACH (a plain path is still a path).
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, uri=True)
         enable_wal(conn)
+        conn.execute("PRAGMA secure_delete = ON")  # retired signing keys leave no trace
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.executescript(_SQLITE_SCHEMA)
         self._conn = conn

@@ -82,8 +82,11 @@ def prepare_writer_connection(conn: sqlite3.Connection) -> None:
     its schema is migrated. Its commits neither fsync (the writer fsyncs the WAL itself,
     off the event loop, for the batches that must be durable), nor wait for a lock, nor
     checkpoint (the writer does, off the event loop): the event loop never blocks on
-    any of them."""
+    any of them. Deleted content is overwritten (secrets of deleted configs, or stored
+    in clear before encryption was turned on, do not linger in free pages), whatever
+    the SQLite build's default."""
     conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA secure_delete = ON")
     conn.execute("PRAGMA busy_timeout = 0")
     conn.execute("PRAGMA wal_autocheckpoint = 0")
     conn.execute(f"PRAGMA journal_size_limit = {_WAL_SIZE_LIMIT}")
