@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -617,3 +618,33 @@ def test_a_database_that_cannot_use_wal_is_refused_clearly() -> None:
             enable_wal(conn)
     finally:
         conn.close()
+
+
+async def test_a_write_queued_during_a_catch_up_runs_even_when_close_comes_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer returned once closed, after its between-batches catch-up, with the
+    # write queued meanwhile still queued: its caller (a publish) waited for ever.
+    import time
+
+    from a2a_push.store import sqlite_writer
+
+    real = sqlite_writer._restart_wal
+
+    def slow_restart(conn: sqlite3.Connection) -> bool:
+        time.sleep(0.3)  # a long checkpoint (a slow disk)
+        return real(conn)
+
+    monkeypatch.setattr(sqlite_writer, "_restart_wal", slow_restart)
+    store = SQLiteStore(tmp_path / "push.db")
+    await store.open()
+    writer = store._writer
+    assert writer is not None
+    writer._catch_up = True  # as the checkpoint loop does once the WAL is large
+    writer._wake.set()
+    await asyncio.sleep(0.05)  # the writer is in its catch-up now
+    put = asyncio.create_task(store.put_config(config(id="late")))
+    await asyncio.sleep(0.01)
+    await store.close()
+    stored = await asyncio.wait_for(put, 5)
+    assert stored.id == "late"

@@ -219,7 +219,9 @@ class SQLiteWriter:
                         await self._catch_up_checkpoint()
                 if self._catch_up:
                     await self._catch_up_checkpoint()
-                if self._closed:
+                # (Writes queued during that catch-up are run first: returning with them
+                # queued would leave their callers waiting for ever.)
+                if self._closed and not self._queue:
                     return
         except BaseException as exc:
             # The writer must never leave a caller waiting: the batch in hand and whatever
