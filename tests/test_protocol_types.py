@@ -341,6 +341,62 @@ def test_timestamp_with_nanoseconds_is_accepted() -> None:
     assert status.timestamp == "2025-10-28T10:30:00.123456789Z"
 
 
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        # What ProtoJSON parsers (the official SDKs) refuse is sent in RFC 3339 UTC.
+        ("2025-10-28T10:30:00+05:00", "2025-10-28T05:30:00.000Z"),
+        ("2025-10-28T10:30:00", "2025-10-28T10:30:00.000Z"),  # no zone: read as UTC
+        ("2025-10-28 10:30", "2025-10-28T10:30:00.000Z"),
+        ("2025-10-28", "2025-10-28T00:00:00.000Z"),
+        ("2025-10-28T10:30:00.123456-01:00", "2025-10-28T11:30:00.123456Z"),
+        # Already RFC 3339 UTC: kept as given.
+        ("2025-10-28T10:30:00Z", "2025-10-28T10:30:00Z"),
+        ("2025-10-28T10:30:00.5Z", "2025-10-28T10:30:00.5Z"),
+    ],
+)
+def test_timestamps_are_sent_in_rfc_3339_utc(given: str, sent: str) -> None:
+    assert TaskStatus(state=TaskState.WORKING, timestamp=given).timestamp == sent
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        {"x": float("-inf")},
+        {"when": datetime(2025, 1, 1)},
+        {1, 2},
+        b"\xff",
+        {1: "a"},
+    ],
+)
+def test_data_and_metadata_must_be_json_values(value: object) -> None:
+    # NaN went out as NaN in v0.3 bodies (not JSON) and as null in v1.0; the others
+    # could not be rendered at all, for one protocol version or both.
+    with pytest.raises(ValidationError):
+        Part(data=value)
+    with pytest.raises(ValidationError):
+        Part(text="x", metadata={"k": value})
+    with pytest.raises(ValidationError):
+        TaskStatusUpdateEvent(
+            task_id="t",
+            context_id="c",
+            status=TaskStatus(state=TaskState.WORKING),
+            metadata={"k": value},
+        )
+
+
+@pytest.mark.parametrize("field", ["text", "filename", "mediaType"])
+def test_content_text_must_be_encodable(field: str) -> None:
+    body: dict[str, object] = {"text": "x", field: "a\ud800b"}
+    with pytest.raises(ValidationError, match="no lone surrogate"):
+        Part.model_validate(body)
+    assert Part(text="NUL \x00 is fine in content").text is not None
+    with pytest.raises(ValidationError, match="no lone surrogate"):
+        Artifact(artifact_id="a", name="\udfff", parts=[Part(text="x")])
+
+
 def test_utc_timestamp_has_milliseconds_and_z() -> None:
     when = datetime(2025, 10, 28, 10, 30, 0, 123456, tzinfo=UTC)
     assert utc_timestamp(when) == "2025-10-28T10:30:00.123Z"

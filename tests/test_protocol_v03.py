@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from a2a_push.errors import InvalidConfigError
 from a2a_push.protocol.types import (
@@ -239,8 +241,40 @@ def test_parts_are_written_in_v03_shapes() -> None:
     }
 
 
-def test_non_object_data_is_wrapped_for_v03() -> None:
-    assert part_to_v03(Part(data=[1, 2])) == {"kind": "data", "data": {"value": [1, 2]}}
+def test_non_object_data_is_wrapped_for_v03_and_marked_as_the_sdks_do() -> None:
+    assert part_to_v03(Part(data=[1, 2])) == {
+        "kind": "data",
+        "data": {"value": [1, 2]},
+        "metadata": {"data_part_compat": True},
+    }
+    assert part_to_v03(Part(data="s", metadata={"m": 1})) == {
+        "kind": "data",
+        "data": {"value": "s"},
+        "metadata": {"m": 1, "data_part_compat": True},
+    }
+
+
+@pytest.mark.parametrize("value", [[1, 2], "s", 3, True, None])
+def test_wrapped_v03_data_reads_back_as_the_value(value: object) -> None:
+    part = Part.model_validate({"data": value})
+    back = part_from_v03(part_to_v03(part))
+    assert back.data == value and back.metadata is None
+    assert back.to_json_dict() == {"data": value}
+
+
+def test_a_data_part_holding_null_is_a_data_part() -> None:
+    # google.protobuf.Value: null is a value (the official SDK sends {"data": null}).
+    part = Part.model_validate_json(b'{"data": null}')
+    assert part.has_null_data and part.to_json_bytes() == b'{"data":null}'
+    with pytest.raises(ValidationError, match="got text, data"):
+        Part.model_validate_json(b'{"text": "x", "data": null}')
+    assert not Part(text="x").has_null_data
+
+
+@pytest.mark.parametrize("raw", ["aGk", "-_8=", "-_8", "aGk="])
+def test_v03_file_bytes_are_standard_padded_base64(raw: str) -> None:
+    written = part_to_v03(Part(raw=raw))["file"]["bytes"]
+    assert base64.b64decode(written, validate=True) == Part(raw=raw).raw_bytes()
 
 
 @pytest.mark.parametrize(

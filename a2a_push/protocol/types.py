@@ -19,8 +19,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -60,6 +63,8 @@ class A2AModel(BaseModel):
         validate_assignment=True,
         # Tokens and credentials must not end up in logs through error messages.
         hide_input_in_errors=True,
+        # NaN and infinities are not JSON (data and metadata are JSON values).
+        allow_inf_nan=False,
     )
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -158,16 +163,31 @@ def utc_timestamp(when: datetime | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+# RFC 3339 in UTC, as ProtoJSON writes a Timestamp (and its parsers want).
+_RFC3339_UTC: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z")
+
+
 def _check_timestamp(value: str | None) -> str | None:
-    if value is None:
-        return None
+    """``value`` in RFC 3339 UTC (``2025-10-28T10:30:00.000Z``, kept as it is), or any other
+    ISO 8601 date-time converted to that form: with an offset, to UTC; without one, read
+    as UTC. What is sent is always what ProtoJSON parsers (the official SDKs) accept."""
+    if value is None or _RFC3339_UTC.fullmatch(value):
+        return value
     try:
-        datetime.fromisoformat(value)
-    except ValueError:
+        moment = datetime.fromisoformat(value)
+    except (ValueError, TypeError):
         raise ValueError(
-            "timestamp must be an ISO 8601 timestamp, e.g. 2025-10-28T10:30:00.000Z"
+            "timestamp must be an ISO 8601 date-time, e.g. 2025-10-28T10:30:00.000Z"
         ) from None
-    return value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    fraction = (
+        f".{moment.microsecond // 1000:03d}"
+        if moment.microsecond % 1000 == 0
+        else f".{moment.microsecond:06d}"
+    )
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
 
 # C0 and C1 control characters (CR, LF, NUL, DEL, NEL, ...) and the Unicode line
@@ -208,6 +228,18 @@ def text_field(value: str | None, info: ValidationInfo) -> str | None:
     return check_text(value, to_camel(info.field_name or "value"))
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def encodable_field(value: str | None, info: ValidationInfo) -> str | None:
+    """A pydantic field check for content: no lone surrogate (UTF-8 cannot encode one,
+    so no body could carry it). NUL is fine here: content is sent, not a header."""
+    if value is not None and _SURROGATE.search(value):
+        field = to_camel(info.field_name or "value")
+        raise ValueError(f"{field} must be valid Unicode text (no lone surrogate)")
+    return value
+
+
 def _empty_to_none(value: Any) -> Any:
     # proto3 strings: "" is the default value, i.e. "not set".
     return None if value == "" else value
@@ -219,14 +251,16 @@ def _empty_to_none(value: Any) -> Any:
 class Part(A2AModel):
     """One piece of content: exactly one of ``text``, ``raw`` (base64), ``url`` or ``data``.
 
-    ``data`` may be any JSON value except ``null`` (which reads as "not set").
+    ``data`` may be any JSON value, ``null`` included (a ``google.protobuf.Value``):
+    ``Part(data=None)`` given so, or ``{"data": null}`` read, is a data part holding
+    null, written back as ``"data": null``.
     """
 
     text: str | None = None
     raw: str | None = None
     url: str | None = None
-    data: Any = None
-    metadata: dict[str, Any] | None = None
+    data: JsonValue = None
+    metadata: dict[str, JsonValue] | None = None
     filename: str | None = None
     media_type: str | None = None
 
@@ -236,6 +270,8 @@ class Part(A2AModel):
         if value is not None and (not _BASE64.fullmatch(value) or len(value.rstrip("=")) % 4 == 1):
             raise ValueError("raw must be base64-encoded bytes")
         return value
+
+    _encodable = field_validator("text", "url", "filename", "media_type")(encodable_field)
 
     @model_validator(mode="after")
     def _exactly_one_content(self) -> Part:
@@ -249,10 +285,24 @@ class Part(A2AModel):
             )
             if value is not None
         ]
+        if self.data is None and self.has_null_data:
+            present.append("data")
         if len(present) != 1:
             got = ", ".join(present) if present else "none"
             raise ValueError(f"a Part must have exactly one of text, raw, url, data; got {got}")
         return self
+
+    @property
+    def has_null_data(self) -> bool:
+        """Whether this is a data part holding ``null``."""
+        return self.data is None and "data" in self.model_fields_set
+
+    @model_serializer(mode="wrap")
+    def _write_null_data(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if self.has_null_data and isinstance(out, dict):
+            out["data"] = None  # not "unset": exclude_none would have dropped it
+        return out
 
     @classmethod
     def from_bytes(
@@ -284,7 +334,7 @@ class Message(A2AModel):
     task_id: str | None = None
     role: Role
     parts: list[Part] = Field(min_length=1)
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
     extensions: list[str] | None = None
     reference_task_ids: list[str] | None = None
 
@@ -309,8 +359,10 @@ class Artifact(A2AModel):
     name: str | None = None
     description: str | None = None
     parts: list[Part] = Field(min_length=1)
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
     extensions: list[str] | None = None
+
+    _encodable = field_validator("artifact_id", "name", "description")(encodable_field)
 
 
 class Task(A2AModel):
@@ -324,7 +376,7 @@ class Task(A2AModel):
     status: TaskStatus
     artifacts: list[Artifact] | None = None
     history: list[Message] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
 
 
 class TaskStatusUpdateEvent(A2AModel):
@@ -333,7 +385,7 @@ class TaskStatusUpdateEvent(A2AModel):
     task_id: str = Field(min_length=1)
     context_id: str
     status: TaskStatus
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
 
 
 class TaskArtifactUpdateEvent(A2AModel):
@@ -344,7 +396,7 @@ class TaskArtifactUpdateEvent(A2AModel):
     artifact: Artifact
     append: bool | None = None
     last_chunk: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
 
 
 PushNotificationEvent: TypeAlias = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent

@@ -6,12 +6,15 @@ and a nested ``pushNotificationConfig`` with a list of auth ``schemes``.
 Readers accept camelCase or snake_case keys; writers emit camelCase.
 
 Lossy corners (v0.3 cannot say these): a config's ``tenant``; ``mediaType`` and
-``filename`` of text and data parts; a data part whose value is not a JSON
-object is sent as ``{"value": <data>}`` (and read back as that object).
+``filename`` of text and data parts. A data part whose value is not a JSON object
+is sent as ``{"value": <data>}`` with ``"data_part_compat": true`` in its metadata,
+and read back unwrapped, as the official SDKs do. File bytes are written in
+standard padded base64 (v1.0 ``raw`` may arrive URL-safe or unpadded).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -64,6 +67,8 @@ KIND_ARTIFACT_UPDATE: Final = "artifact-update"
 
 # Key under which a non-object v1.0 data value travels in a v0.3 DataPart.
 DATA_VALUE_KEY: Final = "value"
+# Marks a v0.3 data part whose value was wrapped under DATA_VALUE_KEY (the SDKs' convention).
+DATA_PART_COMPAT: Final = "data_part_compat"
 
 _T = TypeVar("_T")
 
@@ -229,15 +234,26 @@ def part_to_v03(part: Part) -> dict[str, Any]:
     if part.text is not None:
         out = {"kind": "text", "text": part.text}
     elif part.raw is not None or part.url is not None:
-        file: dict[str, Any] = {"bytes": part.raw} if part.raw is not None else {"uri": part.url}
+        file: dict[str, Any] = (
+            {"bytes": base64.b64encode(part.raw_bytes() or b"").decode("ascii")}
+            if part.raw is not None
+            else {"uri": part.url}
+        )
         if part.media_type is not None:
             file["mimeType"] = part.media_type
         if part.filename is not None:
             file["name"] = part.filename
         out = {"kind": "file", "file": file}
+    elif isinstance(part.data, dict):
+        out = {"kind": "data", "data": part.data}
     else:
-        data = part.data if isinstance(part.data, dict) else {DATA_VALUE_KEY: part.data}
-        out = {"kind": "data", "data": data}
+        # v0.3 data is an object: other values (null too) are wrapped, and marked so.
+        out = {
+            "kind": "data",
+            "data": {DATA_VALUE_KEY: part.data},
+            "metadata": {**(part.metadata or {}), DATA_PART_COMPAT: True},
+        }
+        return out
     if part.metadata is not None:
         out["metadata"] = part.metadata
     return out
@@ -269,7 +285,24 @@ def part_from_v03(data: Any) -> Part:
     elif kind == "data":
         if obj.get("data") is None:
             raise V03FormatError("data part: data is required")
-        fields["data"] = obj["data"]
+        data = obj["data"]
+        metadata = fields["metadata"]
+        if isinstance(metadata, Mapping) and metadata.get(DATA_PART_COMPAT) is True:
+            # A value that is not an object, wrapped (see part_to_v03): unwrap it.
+            if not isinstance(data, Mapping) or DATA_VALUE_KEY not in data:
+                raise V03FormatError(
+                    f'data part: {DATA_PART_COMPAT} is set but data has no "{DATA_VALUE_KEY}"'
+                )
+            rest = {k: v for k, v in metadata.items() if k != DATA_PART_COMPAT}
+            fields["metadata"] = rest or None
+            # Given even when null: a data part holding null.
+            return _convert(
+                "part",
+                lambda: Part.model_validate(
+                    {**_without_none(fields), "data": data[DATA_VALUE_KEY]}
+                ),
+            )
+        fields["data"] = data
     else:
         raise V03FormatError(f"part: unknown kind {kind!r}")
     return _convert("part", lambda: Part.model_validate(_without_none(fields)))

@@ -237,7 +237,12 @@ class MemoryStore(Store):
         ]
         if not targets:
             return 0, []
+        # Every body first: a render that fails leaves nothing changed (as the SQL stores'
+        # rolled-back transaction does).
         bodies: dict[str, bytes] = {}
+        for config in targets:
+            if config.protocol_version not in bodies:
+                bodies[config.protocol_version] = render(config.protocol_version)
         seq = self._task_seq.get(task_id, 0) + 1
         self._task_seq[task_id] = seq
         if final:
@@ -246,9 +251,7 @@ class MemoryStore(Store):
             self._task_final.pop(task_id, None)
         ids: list[str] = []
         for config in targets:
-            body = bodies.get(config.protocol_version)
-            if body is None:
-                body = bodies[config.protocol_version] = render(config.protocol_version)
+            body = bodies[config.protocol_version]
             delivery = Delivery(
                 id=new_id(),
                 config_key=config.key,
