@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pydantic_core import PydanticSerializationError
 
 from .delivery.dispatcher import Dispatcher, DispatcherOptions, longest_claim
 from .delivery.health import EndpointHealth
@@ -336,6 +337,11 @@ class PushNotifier:
                 log.exception("reloading the signing keys failed; still using the old set")
 
     def _require_started(self) -> None:
+        if not self._started and self._stopped:
+            raise NotifierNotStartedError(
+                "the PushNotifier is stopped (or stopping): a stopped notifier cannot be "
+                "started again, so make a new one; publish before stop() is called"
+            )
         if not self._started:
             raise NotifierNotStartedError(
                 "the PushNotifier is not started: run it in `async with notifier:` or call "
@@ -432,9 +438,17 @@ class PushNotifier:
         limit = self.max_payload_bytes
 
         def render(version: str) -> bytes:
-            if version == VERSION_0_3:
-                return _render_v03(event, task, limit)
-            return _render_v10(event, limit)
+            try:
+                if version == VERSION_0_3:
+                    return _render_v03(event, task, limit)
+                return _render_v10(event, limit)
+            except (ValueError, TypeError, UnicodeError, PydanticSerializationError) as exc:
+                # Left to fail here: a string the models let through that UTF-8 cannot
+                # encode (a lone surrogate in an id or in metadata). Nothing is queued.
+                raise ValueError(
+                    f"the event cannot be sent as JSON ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); check its strings for lone surrogates"
+                ) from None
 
         return render
 
@@ -523,7 +537,8 @@ class PushNotifier:
             ),
             initial=initial,
         )
-        if initial is not None:
+        if initial is not None and stored.enabled:
+            self.metrics.deliveries_enqueued.inc()  # the snapshot, as send_snapshot counts it
             self.dispatcher.wake()
         if task is None and snapshot is not None and self.task_provider is not None:
             provider = self.task_provider
@@ -808,7 +823,7 @@ def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> 
             data = status_update_to_v03(e)
         else:
             data = artifact_update_to_v03(e)
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
     body = dump(event)
     if len(body) <= limit:

@@ -42,6 +42,7 @@ from a2a_push.signing import verify_webhook_jwt
 from a2a_push.store import (
     DeliveryFilter,
     DeliveryState,
+    MemoryStore,
     SQLiteStore,
     Store,
     StoredConfig,
@@ -262,6 +263,30 @@ async def test_a_slimmed_artifact_update_leaves_out_a_large_name_too(
     assert len(second) < 2048 and b"nnnn" not in second and TRUNCATED_FLAG.encode() in second
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_an_event_that_cannot_be_rendered_queues_nothing(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path, backend: str
+) -> None:
+    # A lone surrogate in metadata passes the models but no UTF-8 body can carry it.
+    # With a v1.0 and a v0.3 config, the memory store kept the first body's delivery and
+    # the seq it had taken; a publish tried again then sent a duplicate.
+    store = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "x.db")
+    n = await make_notifier(store)
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.register_config(hook(sink, "/v03"), owner="o", task_id="t1", protocol_version="0.3")
+    bad = TaskStatusUpdateEvent(
+        task_id="t1",
+        context_id="ctx",
+        status=TaskStatus(state=TaskState.WORKING),
+        metadata={"note": "a\ud800b"},
+    )
+    with pytest.raises(ValueError, match="cannot be sent as JSON"):
+        await n.publish("t1", bad)
+    assert (await n.store.stats()).pending == 0
+    result = await n.publish("t1", status("t1", TaskState.WORKING))
+    assert result.seq == 1
+
+
 async def test_event_for_another_task_is_refused(make_notifier: MakeNotifier) -> None:
     n = await make_notifier()
     with pytest.raises(ValueError, match="not 't2'"):
@@ -413,6 +438,17 @@ async def test_a_slow_endpoint_does_not_delay_others(
         await fast.wait_for(1, timeout=5)
         # ... and the fast webhook did not wait for any of them.
         assert sink.on("/slow") == []
+
+
+async def test_a_registration_snapshot_counts_as_an_enqueued_delivery(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    await n.register_config(hook(sink), owner="o", task_id="t1", task=task("t1"))
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(2)
+    enqueued = n.metrics.registry.get_sample_value("a2a_push_deliveries_enqueued_total")
+    assert enqueued == 2  # the snapshot and the update
 
 
 async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(
