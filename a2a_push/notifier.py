@@ -393,7 +393,8 @@ class PushNotifier:
         (whose webhooks carry the whole task). A task with no configs costs one lookup.
         ``idempotency_key``: a publish repeated with the same key (within
         ``Retention.idempotency_keys``) for the same task queues nothing and returns the
-        first result (keys are scoped to the task: another task may use the same key).
+        first result, whatever its event: a key names one event, for retrying its
+        publish (keys are scoped to the task: another task may use the same key).
         """
         if not isinstance(task_id, str) or not task_id:
             raise TypeError(f"publish(): task_id must be a non-empty str, not {task_id!r}")
@@ -416,18 +417,33 @@ class PushNotifier:
             raise ValueError(f"publish(): the event is for task {event_task_id!r}, not {task_id!r}")
         kind = _kind_of(event)
         started = time.perf_counter()
+        new_id: Callable[[], str] = new_delivery_id
+        minted: set[str] = set()
+        if idempotency_key is not None:
+            # Ids made by this call: a repeat returns the first call's, and is not counted.
+            def new_id() -> str:
+                made = new_delivery_id()
+                minted.add(made)
+                return made
+
         seq, ids = await self.store.enqueue(
             task_id,
             kind,
             self._renderer(event, task),
-            new_id=new_delivery_id,
+            new_id=new_id,
             # Scoped to the task: the same key for another task is another event.
             idempotency_key=None
             if idempotency_key is None
             else _task_scoped_key(task_id, idempotency_key),
+            # Held for Retention.idempotency_keys, whether or not the purge has run.
+            idempotency_since=None
+            if idempotency_key is None
+            else time.time() - self.retention.idempotency_keys,
             final=_is_final(event),
         )
         self.metrics.publish_latency.observe(time.perf_counter() - started)
+        if idempotency_key is not None and ids and not minted.intersection(ids):
+            return PublishResult(seq, ids)  # a repeat: nothing was queued
         self.metrics.events_published.labels(kind).inc()
         if ids:
             self.metrics.deliveries_enqueued.inc(len(ids))

@@ -26,7 +26,7 @@ from a2a_push.errors import (
     TooManyConfigsError,
     UnsafeURLError,
 )
-from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier
+from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier, Retention
 from a2a_push.protocol.types import (
     Artifact,
     AuthenticationInfo,
@@ -449,6 +449,24 @@ async def test_a_registration_snapshot_counts_as_an_enqueued_delivery(
     await sink.wait_for(2)
     enqueued = n.metrics.registry.get_sample_value("a2a_push_deliveries_enqueued_total")
     assert enqueued == 2  # the snapshot and the update
+
+
+async def test_a_repeated_publish_is_counted_once_and_its_key_expires_with_the_window(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier(retention=Retention(idempotency_keys=0.5, interval=0))
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    first = await n.publish("t1", status("t1", TaskState.WORKING), idempotency_key="k")
+    again = await n.publish("t1", status("t1", TaskState.WORKING), idempotency_key="k")
+    assert again == first
+    metrics = n.metrics.registry
+    assert metrics.get_sample_value("a2a_push_deliveries_enqueued_total") == 1
+    published = {"kind": "statusUpdate"}
+    assert metrics.get_sample_value("a2a_push_events_published_total", published) == 1
+    await asyncio.sleep(0.6)  # past the window; no purge ran (interval=0)
+    later = await n.publish("t1", status("t1", TaskState.COMPLETED), idempotency_key="k")
+    assert later.seq == first.seq + 1
+    await sink.wait_for(2)
 
 
 async def test_claimed_work_waits_for_its_endpoint_instead_of_going_back(

@@ -799,3 +799,16 @@ async def test_an_idempotency_key_makes_a_repeated_enqueue_return_the_first_resu
     assert await store.purge_idempotency_keys(created_before=NOW + 1, limit=5) == 1
     after = await enqueue(store, idempotency_key="agent/task-1/k1")
     assert after[0] == other[0] + 1  # forgotten: a new event
+
+
+async def test_an_expired_idempotency_key_counts_as_new_before_any_purge(store: Store) -> None:
+    # The window held only as long as the hourly purge took to run (or for ever, with
+    # the purge turned off).
+    await store.put_config(config(id="a"))
+    first = await enqueue(store, idempotency_key="agent/task-1/k1", idempotency_since=NOW - 60)
+    again = await enqueue(store, idempotency_key="agent/task-1/k1", idempotency_since=NOW)
+    assert again == first  # first seen at NOW: still held
+    later = await enqueue(store, idempotency_key="agent/task-1/k1", idempotency_since=NOW + 1)
+    assert later[0] == first[0] + 1  # expired: a new event, and the key's new result
+    repeat = await enqueue(store, idempotency_key="agent/task-1/k1", idempotency_since=NOW)
+    assert repeat == later

@@ -240,6 +240,7 @@ class Outbox(abc.ABC):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        idempotency_since: float | None = None,
         final: bool = False,
     ) -> tuple[int, list[str]]:
         """Fan an event out to the task's enabled configs in one transaction.
@@ -252,7 +253,9 @@ class Outbox(abc.ABC):
         (empty, and no sequence number used, when the task has no configs).
         Durable when it returns. With an ``idempotency_key`` seen before (and not yet
         purged), nothing is enqueued and the first call's result is returned: a
-        publish retried after a lost answer is not sent twice.
+        publish retried after a lost answer is not sent twice. A key first seen before
+        ``idempotency_since`` has expired: it counts as new (whether or not the
+        purge has deleted it yet), and this call's result replaces it.
         """
 
     @abc.abstractmethod

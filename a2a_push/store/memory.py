@@ -177,10 +177,12 @@ class MemoryStore(Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        idempotency_since: float | None = None,
         final: bool = False,
     ) -> tuple[int, list[str]]:
-        if idempotency_key is not None and idempotency_key in self._idempotency:
-            seq, ids, _at = self._idempotency[idempotency_key]
+        known = None if idempotency_key is None else self._idempotency.get(idempotency_key)
+        if known is not None and (idempotency_since is None or known[2] >= idempotency_since):
+            seq, ids, _at = known
             return seq, list(ids)
         seq, ids = self._enqueue(
             task_id,

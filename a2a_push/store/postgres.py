@@ -599,16 +599,18 @@ class PostgresStore(RowMapping, Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        idempotency_since: float | None = None,
         final: bool = False,
     ) -> tuple[int, list[str]]:
         at = time.time() if now is None else now
+        since = float("-inf") if idempotency_since is None else idempotency_since
         async with self._transaction() as conn:
             # Publishes of one task take turns (across processes): seq follows commit
             # order, so a lane's FIFO by seq is the order events were accepted in.
             await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
             if idempotency_key is not None:
                 # Under the task's lock: a retry racing the first attempt waits for it.
-                row = await conn.fetchrow(_Q["get_idempotency_key"], idempotency_key)
+                row = await conn.fetchrow(_Q["get_idempotency_key"], idempotency_key, since)
                 if row is not None:
                     return int(row["seq"]), json.loads(row["ids"])
             seq, ids = await _enqueue_locked(

@@ -288,11 +288,14 @@ class SQLiteStore(RowMapping, Store):
         only_config_key: str | None = None,
         now: float | None = None,
         idempotency_key: str | None = None,
+        idempotency_since: float | None = None,
         final: bool = False,
     ) -> tuple[int, list[str]]:
+        since = float("-inf") if idempotency_since is None else idempotency_since
+
         def op(conn: sqlite3.Connection) -> tuple[int, list[str]]:
             if idempotency_key is not None:
-                row = conn.execute(_Q["get_idempotency_key"], (idempotency_key,)).fetchone()
+                row = conn.execute(_Q["get_idempotency_key"], (idempotency_key, since)).fetchone()
                 if row is not None:
                     return int(row[0]), json.loads(row[1])
             seq, ids = _enqueue(

@@ -240,10 +240,14 @@ SELECT
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
 
 -- name: get_idempotency_key
-SELECT seq, ids FROM idempotency_keys WHERE key = ?;
+-- Unless it has expired (first seen before ?2), whether or not the purge has run.
+SELECT seq, ids FROM idempotency_keys WHERE key = ?1 AND created_at >= ?2;
 
 -- name: put_idempotency_key
-INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?, ?, ?, ?);
+-- (Replacing an expired key's row.)
+INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, ids = excluded.ids,
+    created_at = excluded.created_at;
 
 -- name: purge_idempotency_keys
 -- At most ? of them (the oldest first), so a purge never holds the writer for long.
