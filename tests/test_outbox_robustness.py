@@ -42,6 +42,12 @@ def status(task_id: str) -> TaskStatusUpdateEvent:
     )
 
 
+def _config(task_id: str, url: str, created_at: float) -> StoredConfig:
+    return StoredConfig(
+        key=f"k-{task_id}", id="c", task_id=task_id, owner="o", url=url, created_at=created_at
+    )
+
+
 async def _until_dead(db: Path, delivery_id: str) -> None:
     """Read with SQL: the row stays corrupt, so the store would refuse to read it."""
     for _ in range(200):
@@ -122,16 +128,7 @@ async def test_corrupt_rows_are_listed_with_their_reasons_and_a_foreign_state_is
     db = tmp_path / "push.db"
     async with SQLiteStore(db) as store:
         for task in ("bad-body", "bad-state", "bad-seq", "good"):
-            await store.put_config(
-                StoredConfig(
-                    key=f"k-{task}",
-                    id="c",
-                    task_id=task,
-                    owner="o",
-                    url="http://h/",
-                    created_at=1.0,
-                )
-            )
+            await store.put_config(_config(task, "http://h/", 1.0))
             await store.enqueue(
                 task, "statusUpdate", lambda v: b"{}", new_id=lambda t=task: f"d-{t}", now=1.0
             )
@@ -296,16 +293,7 @@ async def test_backlogged_endpoints_filling_the_claim_window_do_not_delay_others
         for e, server in enumerate(servers[:4]):
             for i in range(20):
                 task = f"slow{e}-{i}"
-                await store.put_config(
-                    StoredConfig(
-                        key=f"k-{task}",
-                        id="c",
-                        task_id=task,
-                        owner="o",
-                        url=str(server.make_url("/h")),
-                        created_at=now,
-                    )
-                )
+                await store.put_config(_config(task, str(server.make_url("/h")), now))
                 await store.enqueue(
                     task,
                     "statusUpdate",
