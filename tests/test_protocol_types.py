@@ -331,9 +331,10 @@ def test_roles_accept_v03_values() -> None:
 # --------------------------------------------------------------------------- TaskStatus
 
 
-def test_timestamp_must_be_iso_8601() -> None:
+@pytest.mark.parametrize("value", ["yesterday", "2025-13-45T10:30:00Z", "2025-10-28T25:00:00Z"])
+def test_timestamp_must_be_iso_8601(value: str) -> None:
     with pytest.raises(ValidationError, match="timestamp"):
-        TaskStatus(state=TaskState.WORKING, timestamp="yesterday")
+        TaskStatus(state=TaskState.WORKING, timestamp=value)
 
 
 def test_timestamp_with_nanoseconds_is_accepted() -> None:

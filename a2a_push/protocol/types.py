@@ -171,9 +171,12 @@ def _check_timestamp(value: str | None) -> str | None:
     """``value`` in RFC 3339 UTC (``2025-10-28T10:30:00.000Z``, kept as it is), or any other
     ISO 8601 date-time converted to that form: with an offset, to UTC; without one, read
     as UTC. What is sent is always what ProtoJSON parsers (the official SDKs) accept."""
-    if value is None or _RFC3339_UTC.fullmatch(value):
-        return value
+    if value is None:
+        return None
     try:
+        if _RFC3339_UTC.fullmatch(value):
+            datetime.fromisoformat(value[:19])  # a real date and time (no 2025-13-45)
+            return value
         moment = datetime.fromisoformat(value)
     except (ValueError, TypeError):
         raise ValueError(
