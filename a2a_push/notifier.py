@@ -821,12 +821,7 @@ def _render_v10(event: PushNotificationEvent, limit: int) -> bytes:
     body = _STREAM_KEYS[type(event)] + event.to_json_bytes() + b"}"
     if len(body) <= limit:
         return body
-    slim = _slim(event)
-    body = _STREAM_KEYS[type(slim)] + slim.to_json_bytes() + b"}"
-    if len(body) > limit and isinstance(slim, TaskArtifactUpdateEvent):
-        slim = _slim(event, keep_name=False)
-        body = _STREAM_KEYS[type(slim)] + slim.to_json_bytes() + b"}"
-    return body
+    return _slimmed(event, limit, lambda e: _STREAM_KEYS[type(e)] + e.to_json_bytes() + b"}")
 
 
 def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> bytes:
@@ -848,6 +843,16 @@ def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> 
         slim_task = _slim(task)
         assert isinstance(slim_task, Task)
         task = slim_task
+    return _slimmed(event, limit, dump)
+
+
+def _slimmed(
+    event: PushNotificationEvent,
+    limit: int,
+    dump: Callable[[PushNotificationEvent], bytes],
+) -> bytes:
+    """``dump`` of the slimmed event; an artifact update still over ``limit`` so loses its
+    artifact's name too."""
     body = dump(_slim(event))
     if len(body) > limit and isinstance(event, TaskArtifactUpdateEvent):
         body = dump(_slim(event, keep_name=False))

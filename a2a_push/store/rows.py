@@ -65,7 +65,7 @@ class RowMapping:
             state = DeliveryState(row["state"])
         except ValueError:
             state = DeliveryState.DEAD  # a state that is none of ours is never sent
-        reason = f"the stored delivery is corrupt: {exc}"
+        reason = _corrupt(exc)
         return Delivery(
             id=str(row["id"]),
             config_key=str(row["config_key"]),
@@ -129,7 +129,15 @@ def _state(value: Any) -> DeliveryState:
     try:
         return DeliveryState(value)
     except ValueError:
-        raise ValueError(f"its state is {str(value)[:40]!r}") from None
+        raise ValueError(_state_problem(value)) from None
+
+
+def _state_problem(value: Any) -> str:
+    return f"its state is {str(value)[:40]!r}"
+
+
+def _corrupt(problem: object) -> str:
+    return f"the stored delivery is corrupt: {problem}"
 
 
 def _int(value: Any, name: str) -> int:
@@ -143,7 +151,8 @@ def _int_or_zero(value: Any) -> int:
 
 
 def corrupt_state_reason(state: Any) -> str:
-    return f"the stored delivery is corrupt: its state is {str(state)[:40]!r}"
+    """The reason a delivery whose state is none of ours is dead-lettered with."""
+    return _corrupt(_state_problem(state))
 
 
 def _body(value: Any) -> bytes:
