@@ -185,12 +185,9 @@ def _check_timestamp(value: str | None) -> str | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     moment = moment.astimezone(UTC)
-    fraction = (
-        f".{moment.microsecond // 1000:03d}"
-        if moment.microsecond % 1000 == 0
-        else f".{moment.microsecond:06d}"
-    )
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    if moment.microsecond % 1000 == 0:
+        return utc_timestamp(moment)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}Z"
 
 
 # C0 and C1 control characters (CR, LF, NUL, DEL, NEL, ...) and the Unicode line
