@@ -118,9 +118,10 @@ def build_app(notifier: PushNotifier, url: str) -> tuple[Starlette, DefaultReque
         task_store=tasks,
         agent_card=card,
         # The drop-in: these two arguments are all an a2a-sdk agent changes (the task
-        # store lets a new config's first webhook be the task's snapshot).
+        # store lets a new config's first webhook be the task's snapshot, and a restarted
+        # sender read a task's status it has not seen).
         push_config_store=A2APushConfigStore(notifier, task_store=tasks),
-        push_sender=A2APushSender(notifier),
+        push_sender=A2APushSender(notifier, task_store=tasks),
     )
 
     async def jwks(request: Request) -> JSONResponse:

@@ -301,3 +301,61 @@ async def test_config_store_scopes_by_sdk_user_and_dispatch_sees_all_owners(
     await store.delete_info("task-x", anonymous)  # all of the caller's, none of alice's
     assert await store.get_info("task-x", anonymous) == []
     assert [c.id for c in await store.get_info("task-x", alice)] == ["task-x"]
+
+
+async def _artifact_after_restart(sink: WebhookSink, *, with_store: bool) -> dict[str, Any]:
+    """A fresh A2APushSender (as after a restart) gets an artifact update for a task whose
+    status it never saw; the body its v0.3 config receives."""
+    from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+
+    from a2a_push.delivery.ssrf import AddressPolicy
+    from a2a_push.integrations.a2a_sdk import A2APushSender
+    from a2a_push.notifier import PushNotifier
+    from a2a_push.protocol.types import TaskPushNotificationConfig
+    from a2a_push.signing import KeySet
+    from a2a_push.store import MemoryStore
+
+    tasks = InMemoryTaskStore()
+    working = a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING)
+    await tasks.save(a2a_pb2.Task(id="t1", context_id="ctx-1", status=working), ServerCallContext())
+    notifier = PushNotifier(
+        MemoryStore(),
+        issuer="http://agent.test",
+        keyset=KeySet.generate(),
+        address_policy=AddressPolicy(allow_loopback=True),
+    )
+    async with notifier:
+        await notifier.register_config(
+            TaskPushNotificationConfig(url=sink.url("/v03")),
+            owner=ANONYMOUS_OWNER,
+            task_id="t1",
+            protocol_version="0.3",
+        )
+        sender = A2APushSender(notifier, task_store=tasks if with_store else None)
+        artifact = a2a_pb2.Artifact(artifact_id="a1", parts=[a2a_pb2.Part(text="6")])
+        await sender.send_notification(
+            "t1",
+            a2a_pb2.TaskArtifactUpdateEvent(task_id="t1", context_id="ctx-1", artifact=artifact),
+        )
+        await sink.wait_for(1, timeout=10, path="/v03")
+    body: dict[str, Any] = json.loads(sink.on("/v03")[0].body)
+    return body
+
+
+async def test_a_restarted_sender_reads_an_unseen_tasks_status_from_the_task_store(
+    sink: WebhookSink,
+) -> None:
+    # With the handler's task store, the v0.3 config gets the whole task, as PROTOCOL.md
+    # says for v0.3, even though this sender never saw the task's status.
+    body = await _artifact_after_restart(sink, with_store=True)
+    assert body["kind"] == "task", body
+    assert body["id"] == "t1" and body["contextId"] == "ctx-1"
+    assert body["status"]["state"] == "working"
+    assert [a["artifactId"] for a in body["artifacts"]] == ["a1"]
+
+
+async def test_without_a_task_store_an_unseen_tasks_artifact_goes_in_its_event_form(
+    sink: WebhookSink,
+) -> None:
+    body = await _artifact_after_restart(sink, with_store=False)
+    assert body["kind"] == "artifact-update", body

@@ -15,7 +15,7 @@ backed by one :class:`~a2a_push.notifier.PushNotifier`::
         task_store=tasks,  # tasks = InMemoryTaskStore(), say
         agent_card=card,
         push_config_store=A2APushConfigStore(notifier, task_store=tasks),  # was InMemory...()
-        push_sender=A2APushSender(notifier),             # was BasePushNotificationSender(...)
+        push_sender=A2APushSender(notifier, task_store=tasks),  # was BasePush...Sender(...)
     )
     # start the notifier with the app (``await notifier.start()`` / ``async with notifier``)
     # and serve ``notifier.jwks()`` at /.well-known/jwks.json for receivers.
@@ -248,23 +248,32 @@ class A2APushSender(PushNotificationSender):
     hidden.
     """
 
-    def __init__(self, notifier: PushNotifier, *, remembered_tasks: int = 10_000) -> None:
+    def __init__(
+        self,
+        notifier: PushNotifier,
+        *,
+        task_store: TaskStore | None = None,
+        remembered_tasks: int = 10_000,
+    ) -> None:
         self.notifier = notifier
         # Each task's latest context and status (the most recently active tasks), so
         # that v0.3 configs get the whole task for every event, as PROTOCOL.md says.
         self._known: OrderedDict[str, tuple[str | None, t.TaskStatus]] = OrderedDict()
         self._remembered = remembered_tasks
+        # The handler's task store: where an artifact update's task status is read when
+        # this sender has not seen it (after a restart, or once the task was evicted).
+        self.task_store = task_store
 
     async def send_notification(self, task_id: str, event: SdkPushNotificationEvent) -> None:
         try:
             model = self._convert(event)
             if isinstance(model, t.Task | t.TaskStatusUpdateEvent):
-                self._known[task_id] = (model.context_id, model.status)
-                if len(self._known) > self._remembered:
-                    self._known.popitem(last=False)
+                self._remember(task_id, model.context_id, model.status)
             context_id, status = self._known.get(task_id, (None, None))
             if status is not None:
                 self._known.move_to_end(task_id)
+            elif isinstance(model, t.TaskArtifactUpdateEvent):
+                context_id, status = await self._stored_status(task_id)
             task = model if isinstance(model, t.Task) else None
             await self.notifier.publish(
                 task_id, model, task=task or task_view(task_id, context_id, status, model)
@@ -278,6 +287,35 @@ class A2APushSender(PushNotificationSender):
                 task_id,
             )
             raise
+
+    async def _stored_status(self, task_id: str) -> tuple[str | None, t.TaskStatus | None]:
+        """The task's context and status from the handler's task store (remembered for
+        the task's next events); (None, None) without a store, a stored task or a status
+        our models read. A failed read is logged and the event goes in its own form."""
+        if self.task_store is None:
+            return None, None
+        try:
+            found = await self.task_store.get(task_id, ServerCallContext())
+            if found is None or not found.HasField("status"):
+                return None, None
+            status: t.TaskStatus = _to_model(found.status, t.TaskStatus)
+        except Exception as exc:  # a store or a task we cannot read: send the event as is
+            log.warning(
+                "task %s: its status could not be read from the task store (%s)",
+                task_id,
+                type(exc).__name__,
+            )
+            return None, None
+        context_id = found.context_id or None
+        if context_id is not None:
+            self._remember(task_id, context_id, status)
+        return context_id, status
+
+    def _remember(self, task_id: str, context_id: str | None, status: t.TaskStatus) -> None:
+        self._known[task_id] = (context_id, status)
+        self._known.move_to_end(task_id)
+        if len(self._known) > self._remembered:
+            self._known.popitem(last=False)
 
     @staticmethod
     def _convert(event: SdkPushNotificationEvent) -> t.PushNotificationEvent:
