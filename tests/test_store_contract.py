@@ -784,6 +784,31 @@ async def test_configs_of_tasks_finished_long_ago_are_purged_once_settled(store:
     assert len(await store.configs_for_task("reused")) == 1
 
 
+async def test_a_final_event_counts_when_every_config_of_the_task_is_disabled(
+    store: Store,
+) -> None:
+    """Nothing is queued (and no seq used) for a task whose configs are all disabled,
+    but its final event starts their retention all the same, and a later event that is
+    not final forgets it; a task with no configs records nothing."""
+    keys = {}
+    for task in ("disabled", "reused"):
+        keys[task] = (await store.put_config(config(task, id="a"))).key
+        assert await store.set_config_enabled(keys[task], False, "endpoint gone")
+        assert await store.enqueue(
+            task, "statusUpdate", body_for, new_id=ids(), now=NOW, final=True
+        ) == (0, [])
+    await store.enqueue("disabled", "task", body_for, new_id=ids(), now=NOW + 50, final=True)
+    await store.enqueue("reused", "statusUpdate", body_for, new_id=ids(), now=NOW + 1)
+    await store.enqueue("none", "statusUpdate", body_for, new_id=ids(), now=NOW, final=True)
+    assert await store.purge_final_tasks(final_before=NOW) == 0  # finished at NOW
+    assert await store.purge_final_tasks(final_before=NOW + 1) == 1
+    assert await store.get_config("disabled", "a", "alice") is None
+    assert await store.get_config("reused", "a", "alice") is not None
+    # Enabled again, the config gets the task's first seq.
+    assert await store.set_config_enabled(keys["reused"], True)
+    assert (await store.enqueue("reused", "statusUpdate", body_for, new_id=ids(), now=NOW))[0] == 1
+
+
 async def test_an_idempotency_key_makes_a_repeated_enqueue_return_the_first_result(
     store: Store,
 ) -> None:

@@ -247,10 +247,12 @@ class Outbox(abc.ABC):
 
         ``final``: the event puts the task in a terminal state; the first such event's
         time is kept for :meth:`purge_final_tasks`, and a later event that is not final
-        (the task id reused, or events after the end) forgets it.
+        (the task id reused, or events after the end) forgets it. This holds when every
+        config of the task is disabled too (nothing is queued, but its configs are still
+        purged in time); a task with no configs at all records nothing.
 
         Assigns the task's next sequence number and returns it with the delivery ids
-        (empty, and no sequence number used, when the task has no configs).
+        (empty, and no sequence number used, when the task has no enabled configs).
         Durable when it returns. With an ``idempotency_key`` seen before (and not yet
         purged), nothing is enqueued and the first call's result is returned: a
         publish retried after a lost answer is not sent twice. A key first seen before

@@ -232,12 +232,15 @@ class MemoryStore(Store):
         final: bool = False,
     ) -> tuple[int, list[str]]:
         now = time.time() if now is None else now
+        configs = self._task_configs(task_id)
         targets = [
             c
-            for c in self._task_configs(task_id)
+            for c in configs
             if c.enabled and (only_config_key is None or c.key == only_config_key)
         ]
         if not targets:
+            if configs:  # none enabled: no seq used, but the task's end still counts
+                self._record_final(task_id, final, now)
             return 0, []
         # Every body first: a render that fails leaves nothing changed (as the SQL stores'
         # rolled-back transaction does).
@@ -247,10 +250,7 @@ class MemoryStore(Store):
                 bodies[config.protocol_version] = render(config.protocol_version)
         seq = self._task_seq.get(task_id, 0) + 1
         self._task_seq[task_id] = seq
-        if final:
-            self._task_final.setdefault(task_id, now)
-        else:
-            self._task_final.pop(task_id, None)
+        self._record_final(task_id, final, now)
         ids: list[str] = []
         for config in targets:
             body = bodies[config.protocol_version]
@@ -271,6 +271,13 @@ class MemoryStore(Store):
             self._lanes.setdefault((config.key, task_id), _Lane()).pending.append(delivery.id)
             ids.append(delivery.id)
         return seq, ids
+
+    def _record_final(self, task_id: str, final: bool, now: float) -> None:
+        """The first final event's time is kept; an event that is not final forgets it."""
+        if final:
+            self._task_final.setdefault(task_id, now)
+        else:
+            self._task_final.pop(task_id, None)
 
     def _lane_endpoint(self, config_key: str) -> str:
         config = self._configs.get(config_key)

@@ -837,12 +837,15 @@ async def _enqueue_locked(
     final: bool = False,
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
+    configs = await conn.fetch(_Q["enqueue_targets"], task_id)
     targets = [
         (row["key"], row["protocol_version"], row["endpoint"])
-        for row in await conn.fetch(_Q["enqueue_targets"], task_id)
-        if only_config_key is None or row["key"] == only_config_key
+        for row in configs
+        if row["enabled"] and (only_config_key is None or row["key"] == only_config_key)
     ]
     if not targets:
+        if configs:  # none enabled: no seq used, but the task's end still counts
+            await conn.execute(_Q["record_task_final"], task_id, at if final else None)
         return 0, []
     seq: int = await conn.fetchval(_Q["next_task_seq"], task_id, at if final else None)
     bodies: dict[str, bytes] = {}

@@ -518,12 +518,15 @@ def _enqueue(
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
     at = time.time() if now is None else now
+    configs = conn.execute(_Q["enqueue_targets"], (task_id,)).fetchall()
     targets = [
         (row["key"], row["protocol_version"], row["endpoint"])
-        for row in conn.execute(_Q["enqueue_targets"], (task_id,))
-        if only_config_key is None or row["key"] == only_config_key
+        for row in configs
+        if row["enabled"] and (only_config_key is None or row["key"] == only_config_key)
     ]
     if not targets:
+        if configs:  # none enabled: no seq used, but the task's end still counts
+            conn.execute(_Q["record_task_final"], (task_id, at if final else None))
         return 0, []
     (seq,) = conn.execute(_Q["next_task_seq"], (task_id, at if final else None)).fetchone()
     bodies: dict[str, bytes] = {}

@@ -74,7 +74,9 @@ SELECT * FROM configs WHERE key = $1;
 SELECT * FROM configs WHERE task_id = $1 AND owner = $2 AND id > $3 ORDER BY id LIMIT $4;
 
 -- name: enqueue_targets
-SELECT key, protocol_version, endpoint FROM configs WHERE task_id = $1 AND enabled;
+-- The disabled configs too: a task whose configs are all disabled still records its end
+-- (record_task_final).
+SELECT key, protocol_version, endpoint, enabled FROM configs WHERE task_id = $1;
 
 -- name: enabled_task_configs
 SELECT * FROM configs WHERE task_id = $1 AND enabled;
@@ -130,6 +132,14 @@ ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1,
     final_at = CASE WHEN excluded.final_at IS NULL THEN NULL
                     ELSE coalesce(s.final_at, excluded.final_at) END
 RETURNING seq;
+
+-- name: record_task_final
+-- An event for a task whose configs are all disabled: no seq used (0 if the task has
+-- none yet), but its end is kept or forgotten as next_task_seq does, so that the purge
+-- still finds its configs. A row already right is left as it is.
+INSERT INTO task_seq AS s (task_id, seq, final_at) VALUES ($1, 0, $2)
+ON CONFLICT (task_id) DO UPDATE SET final_at = excluded.final_at
+WHERE (s.final_at IS NULL) <> (excluded.final_at IS NULL);
 
 -- name: final_tasks_to_purge
 -- Candidates (no lock taken: the purge then takes the tasks' locks, as publishes do,
