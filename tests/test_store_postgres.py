@@ -14,7 +14,8 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,6 +33,7 @@ from a2a_push.store import (
     generate_key,
     open_store,
 )
+from a2a_push.store import postgres as postgres_module
 from a2a_push.store.postgres import (
     LISTENER_APPLICATION_NAME,
     PostgresPoolOptions,
@@ -177,6 +179,51 @@ async def test_an_expired_lease_returns_work_to_another_process(
     # The late worker cannot give back what is no longer its lease.
     await crashed.release([d.id], worker_id="crashed")
     assert await crashed.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 32) == []
+
+
+@contextlib.contextmanager
+def clock_off_by(monkeypatch: pytest.MonkeyPatch, seconds: float) -> Iterator[None]:
+    """The wall clock the PostgreSQL store reads (``time.time`` in its module) runs
+    ``seconds`` ahead (or behind): a replica on a host whose clock is wrong."""
+    real = time.time
+    with monkeypatch.context() as m:
+        m.setattr(postgres_module, "time", SimpleNamespace(time=lambda: real() + seconds))
+        yield
+
+
+async def test_leases_follow_the_database_clock_whatever_a_replicas_clock_says(
+    open_stores: OpenStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_time, skewed = await open_stores(2)
+    await on_time.put_config(config(id="a"))
+    for _ in range(3):
+        await enqueue(on_time, now=None)
+    (first,) = await on_time.claim_due(10, lease_seconds=30, worker_id="on-time")
+    with clock_off_by(monkeypatch, 60):
+        # A replica a minute ahead sees the lease as live: it does not send the
+        # delivery a second time, nor the lane's next one before it.
+        assert await skewed.claim_due(10, lease_seconds=30, worker_id="ahead") == []
+        stats = await skewed.stats()
+        assert (stats.leased, stats.due) == (1, 0)
+        # It sleeps until the lease ends, on its own clock (no claims that find nothing).
+        due = await skewed.next_due_at()
+        assert due == pytest.approx(time.time() + 60 + 30, abs=5)
+    await on_time.complete([delivered(first)])
+    with clock_off_by(monkeypatch, -60):
+        # A replica a minute behind sees what is due, and leases for the 30 s it asks.
+        (second,) = await skewed.claim_due(10, lease_seconds=30, worker_id="behind")
+        third = await skewed.complete_and_claim_next(
+            delivered(second), lease_seconds=30, worker_id="behind"
+        )
+    assert (second.seq, third.seq if third else None) == (2, 3)
+    assert await on_time.claim_due(10, lease_seconds=30, worker_id="on-time") == []
+    with clock_off_by(monkeypatch, 60):
+        assert await skewed.claim_due(10, lease_seconds=30, worker_id="ahead") == []
+    # An explicit ``now`` is still the time the store goes by.
+    (again,) = await on_time.claim_due(
+        10, lease_seconds=30, worker_id="on-time", now=time.time() + 31
+    )
+    assert again.seq == 3
 
 
 async def test_sequence_numbers_increase_across_processes(open_stores: OpenStores) -> None:

@@ -9,6 +9,13 @@ Same lanes model as the SQLite backend. What changes with many processes:
   number first takes the task's transaction-scoped advisory lock. That keeps the per-task
   config cap, the per-task ``seq`` and each lane's head right across processes, including
   when the lane row does not exist yet (a row lock could not cover that).
+- "Now" is the database server's clock, read in the statements that need it (no extra
+  round trip), unless the caller passes ``now``: replicas on hosts whose clocks disagree
+  still agree on which lanes are due and whose lease is live, so a replica whose clock
+  runs ahead never takes a live lease over (a second send, out of order). Times the
+  application computes stay on its clock: a retry's or deferral's ``next_attempt_at``
+  (the retry policy), a config's ``failing_since``, and the cutoffs of purges and of
+  idempotency keys (skew there moves a retry or a retention by seconds, not a lease).
 - Publishes, replays and releases ``NOTIFY`` a channel; a store given a wake-up callback
   (``set_wakeup``) keeps one connection listening on it and calls the callback, so idle
   dispatchers elsewhere start at once instead of at their next poll.
@@ -461,7 +468,7 @@ class PostgresStore(RowMapping, Store):
             # Held until commit: a concurrent put for the same task (another process)
             # counts after this one's insert, so the cap holds; and a publish of the task
             # waits for it, so it is ordered entirely before or after ``initial``.
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [config.task_id])
+            at = await _lock_tasks(conn, [config.task_id], None if initial is None else initial.now)
             found = await conn.fetchrow(
                 _Q["find_config_key"], config.task_id, config.owner, config.id
             )
@@ -507,7 +514,6 @@ class PostgresStore(RowMapping, Store):
                     key=key, created_at=found["created_at"], failing_since=None
                 )
             if initial is not None:
-                at = time.time() if initial.now is None else initial.now
                 _, ids = await _enqueue_locked(
                     conn,
                     stored.task_id,
@@ -545,11 +551,11 @@ class PostgresStore(RowMapping, Store):
 
     async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
         async with self._transaction() as conn:
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
+            at = await _lock_tasks(conn, [task_id])
             found = await conn.fetchrow(_Q["find_config_key"], task_id, owner, config_id)
             if found is None:
                 return False
-            await _dead_letter_config(conn, found["key"], "config deleted", time.time())
+            await _dead_letter_config(conn, found["key"], "config deleted", at)
             await conn.execute(_Q["delete_config"], found["key"])
             return True
 
@@ -563,8 +569,8 @@ class PostgresStore(RowMapping, Store):
             task_id = await conn.fetchval(_Q["config_task"], key)
             if task_id is None:
                 return False
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
-            return await _set_enabled(conn, key, enabled, reason, time.time())
+            at = await _lock_tasks(conn, [task_id])
+            return await _set_enabled(conn, key, enabled, reason, at)
 
     async def reencrypt_secrets(self, previous_keys: Sequence[str] | None = None) -> int:
         """Re-seal every stored secret with the current primary key.
@@ -602,12 +608,12 @@ class PostgresStore(RowMapping, Store):
         idempotency_since: float | None = None,
         final: bool = False,
     ) -> tuple[int, list[str]]:
-        at = time.time() if now is None else now
         since = float("-inf") if idempotency_since is None else idempotency_since
         async with self._transaction() as conn:
             # Publishes of one task take turns (across processes): seq follows commit
-            # order, so a lane's FIFO by seq is the order events were accepted in.
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [task_id])
+            # order, so a lane's FIFO by seq is the order events were accepted in. The
+            # event is due from the database's now: claims go by that clock.
+            at = await _lock_tasks(conn, [task_id], now)
             if idempotency_key is not None:
                 # Under the task's lock: a retry racing the first attempt waits for it.
                 row = await conn.fetchrow(_Q["get_idempotency_key"], idempotency_key, since)
@@ -640,7 +646,7 @@ class PostgresStore(RowMapping, Store):
             # The tasks' locks first, as publishes and registrations take them (then
             # their task_seq row): none is half done, and no deadlock. Checked again
             # under them, in a statement that sees what committed meanwhile.
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, candidates)
+            await _lock_tasks(conn, candidates)
             rows = await conn.fetch(_Q["forget_tasks_final"], candidates, final_before)
             tasks = [row["task_id"] for row in rows]
             if tasks:
@@ -662,7 +668,9 @@ class PostgresStore(RowMapping, Store):
         per_endpoint: int | None = None,
         exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
-        at = time.time() if now is None else now
+        # None until the first round reads the database server's clock; every later
+        # round and every lease of this claim goes by that one time.
+        at = now
         cap = per_endpoint or limit
         claimed: list[Delivery] = []
         taken: Counter[str] = Counter()  # lanes taken per endpoint
@@ -672,6 +680,9 @@ class PostgresStore(RowMapping, Store):
                 want = limit - len(claimed)
                 before = len(claimed)
                 rows = await conn.fetch(_Q["claim_lanes"], at, sorted(excluded), cap, want)
+                if not rows:
+                    break
+                at = float(rows[0]["now"])
                 config_keys: list[str] = []
                 task_ids: list[str] = []
                 for row in rows:
@@ -704,7 +715,7 @@ class PostgresStore(RowMapping, Store):
                 # got lanes (so none exceeds its cap), while that finds more.
                 # Each further round takes at least one lane (or stops), so a claim runs at
                 # most ``limit`` rounds.
-                if not rows or rows[0]["window_size"] < 4 * want or len(claimed) >= limit:
+                if rows[0]["window_size"] < 4 * want or len(claimed) >= limit:
                     break
                 if len(claimed) == before or set(taken) <= excluded:
                     break
@@ -714,9 +725,8 @@ class PostgresStore(RowMapping, Store):
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         if not outcomes:
             return
-        at = time.time() if now is None else now
         async with self._transaction() as conn:
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [o.task_id for o in outcomes])
+            at = await _lock_tasks(conn, [o.task_id for o in outcomes], now)
             for o in outcomes:
                 await _apply_outcome(conn, o, at)
 
@@ -728,9 +738,9 @@ class PostgresStore(RowMapping, Store):
         worker_id: str,
         now: float | None = None,
     ) -> Delivery | None:
-        at = time.time() if now is None else now
         async with self._transaction() as conn:
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, [outcome.task_id])
+            # The lease runs from the database's now once the lock is held.
+            at = await _lock_tasks(conn, [outcome.task_id], now)
             lease = (at, at + lease_seconds, worker_id)
             head_id = await _apply_outcome(conn, outcome, at, lease_next=lease)
             if head_id is None:
@@ -779,13 +789,13 @@ class PostgresStore(RowMapping, Store):
     async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
         if not delivery_ids:
             return 0
-        at = time.time() if now is None else now
         ids = list(delivery_ids)
         async with self._transaction() as conn:
             tasks = [r["task_id"] for r in await conn.fetch(_Q["dead_delivery_tasks"], ids)]
             if not tasks:
                 return 0
-            await conn.execute(_Q["lock_tasks"], _LOCK_TASK, tasks)
+            # Replayed deliveries are due from the database's now (claims go by it).
+            at = await _lock_tasks(conn, tasks, now)
             # Re-checked under the locks; only the locked tasks' deliveries are touched.
             rows = await conn.fetch(_Q["replay_deliveries"], at, ids, tasks)
             for config_key, task_id in sorted({(r["config_key"], r["task_id"]) for r in rows}):
@@ -804,14 +814,18 @@ class PostgresStore(RowMapping, Store):
         return count
 
     async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
+        """On this process's clock, for its sleep: the lanes' due times are on the
+        database server's, so the query answers how far ahead the earliest one is. A
+        process whose clock is off then neither claims in a loop before the lane is due
+        (clock ahead) nor oversleeps it (clock behind)."""
         async with self._connection() as conn:
             value = await conn.fetchval(_Q["next_due_at"], sorted(exclude_endpoints))
-        return float(value) if value is not None else None
+        return time.time() + float(value) if value is not None else None
 
     async def stats(self, *, now: float | None = None) -> OutboxStats:
-        at = time.time() if now is None else now
         async with self._connection() as conn:
-            row = await conn.fetchrow(_Q["stats"], at)
+            # Due and leased as of ``now``, or else of the database server's clock.
+            row = await conn.fetchrow(_Q["stats"], now)
         return OutboxStats(
             pending=row["pending"],
             due=row["due"],
@@ -823,6 +837,15 @@ class PostgresStore(RowMapping, Store):
 
 
 # ---- helpers run inside a transaction holding the task's lock ------------------------
+
+
+async def _lock_tasks(conn: Any, task_ids: Sequence[str], now: float | None = None) -> float:
+    """Take the tasks' transaction-scoped locks; returns the transaction's time: ``now``,
+    or else the database server's clock once every lock is held (in the same statement:
+    no extra round trip). Leases and due times written with it agree with every other
+    replica's claims, whatever the clock of the host this process runs on says."""
+    at: float = await conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
+    return at
 
 
 async def _enqueue_locked(
@@ -871,7 +894,11 @@ async def _apply_outcome(
     lease_next: tuple[float, float, str] | None = None,
 ) -> str | None:
     """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
-    next delivery if it is due now and return its id."""
+    next delivery if it is due now and return its id.
+
+    ``at`` is the transaction's time (the database's clock, see ``_lock_tasks``); a retry's
+    or deferral's ``o.next_attempt_at`` is the worker's, as its retry policy or breaker
+    computed it (a skewed worker moves that retry by its skew, not a lease)."""
     leased: str | None = None
     status = "UPDATE 0"
     if await _leased_to_another(conn, o):

@@ -27,9 +27,16 @@ INSERT INTO schema_migrations (version) VALUES ($1);
 -- Serialises the transactions that read and rewrite a task's configs, lanes and
 -- sequence number, across processes. Taken in hash order so two transactions locking
 -- several tasks cannot deadlock (volatile output expressions run after the sort).
-SELECT pg_advisory_xact_lock($1::integer, h)
-FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest($2::text[]) AS t) AS locks
-ORDER BY h;
+-- Returns the transaction's time: $3, or else the database server's clock once every
+-- lock is held (one clock for every replica, and no lease shortened by the wait).
+SELECT coalesce($3::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+FROM (
+    SELECT count(*) FROM (
+        SELECT pg_advisory_xact_lock($1::integer, h)
+        FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest($2::text[]) AS t) AS locks
+        ORDER BY h
+    ) AS held
+) AS done;
 
 -- name: try_lock_task
 SELECT pg_try_advisory_xact_lock($1::integer, hashtext($2));
@@ -175,7 +182,8 @@ INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES ($1, $
 ON CONFLICT (config_key, task_id) DO NOTHING;
 
 -- name: claim_lanes
--- $1 now, $2 excluded endpoints, $3 lanes per endpoint, $4 limit.
+-- $1 now (NULL: the database server's clock, returned as now for the leases), $2
+-- excluded endpoints, $3 lanes per endpoint, $4 limit.
 -- Earliest due first, at most $3 lanes per endpoint, none for the excluded (saturated
 -- or broken) endpoints. Candidates are locked first (SKIP LOCKED: lanes another worker
 -- is claiming right now are passed over, not waited for), and only then ranked per
@@ -185,10 +193,12 @@ ON CONFLICT (config_key, task_id) DO NOTHING;
 -- Candidates locked but not taken are unlocked when the claim commits. window_size: how
 -- many were locked; a full window may have hidden other endpoints' lanes behind a few
 -- backlogged ones (the store then claims again, those endpoints excluded).
-WITH locked AS (
+WITH clock AS (
+    SELECT coalesce($1::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+), locked AS (
     SELECT config_key, task_id, due_at, endpoint, head_id
     FROM lanes
-    WHERE due_at <= $1 AND endpoint <> ALL ($2::text[])
+    WHERE due_at <= (SELECT now FROM clock) AND endpoint <> ALL ($2::text[])
     ORDER BY due_at
     LIMIT $4 * 4
     FOR UPDATE SKIP LOCKED
@@ -199,7 +209,7 @@ WITH locked AS (
     FROM locked
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
-       l.endpoint AS lane_endpoint, l.window_size,
+       l.endpoint AS lane_endpoint, l.window_size, (SELECT now FROM clock) AS now,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
@@ -311,13 +321,20 @@ WITH doomed AS (
 SELECT count(*) FROM gone;
 
 -- name: next_due_at
-SELECT min(due_at) FROM lanes WHERE NOT (endpoint = ANY($1::text[]));
+-- Seconds from now (the database server's clock) until then; negative when overdue.
+SELECT min(due_at) - extract(epoch FROM statement_timestamp())::float8
+FROM lanes WHERE NOT (endpoint = ANY($1::text[]));
 
 -- name: stats
+-- $1 now (NULL: the database server's clock).
+WITH clock AS (
+    SELECT coalesce($1::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+)
 SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'pending') AS pending,
-    (SELECT count(*) FROM lanes WHERE due_at <= $1) AS due,
-    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > $1) AS leased,
+    (SELECT count(*) FROM lanes WHERE due_at <= (SELECT now FROM clock)) AS due,
+    (SELECT count(*) FROM lanes
+     WHERE lease_owner IS NOT NULL AND due_at > (SELECT now FROM clock)) AS leased,
     (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
     (SELECT count(*) FROM deliveries WHERE state = 'delivered') AS delivered,
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
