@@ -16,6 +16,13 @@ def result(status: int, **headers: str) -> HTTPResult:
     return HTTPResult(status=status, headers=headers, body=b"", elapsed=0.01)
 
 
+def wait_of(at: float | None) -> float | None:
+    """How long (whole seconds) to wait until ``at``, an epoch time a breaker handed out:
+    the breakers run on the monotonic clock (the ``now`` the tests give), and say when
+    to try again in epoch seconds."""
+    return None if at is None else round(at - time.time())
+
+
 @pytest.mark.parametrize("status", [408, 425, 429, 500, 501, 502, 503, 504, 599])
 def test_retryable_statuses(status: int) -> None:
     assert classify(result(status)) is Verdict.RETRY
@@ -106,7 +113,7 @@ def test_breaker_opens_probes_and_closes() -> None:
     assert h.admit(e, now=0) is None  # below the threshold
     h.record_failure(e, now=0)
     assert h.state(e, now=1) is BreakerState.OPEN
-    assert h.admit(e, now=1) == 10
+    assert wait_of(h.admit(e, now=1)) == 9
     assert e in h.open_endpoints(now=1)
     assert h.admit(e, now=10) is None  # the probe
     assert h.admit(e, now=11) is not None  # one probe at a time
@@ -123,6 +130,34 @@ def test_a_lost_probe_does_not_wedge_the_breaker() -> None:
     assert h.admit(e, now=41) is None  # a new probe after probe_timeout
 
 
+def test_a_probe_that_was_not_sent_gives_its_turn_back() -> None:
+    h = EndpointHealth(failure_threshold=1, cool_down=10, probe_timeout=30)
+    e = "http://x:80"
+    h.record_failure(e, now=0)
+    assert h.admit(e, now=10) is None  # the probe, which finds no endpoint slot
+    h.withdraw(e, admitted=10)
+    assert h.state(e, now=11) is BreakerState.HALF_OPEN  # neither a success nor a failure
+    assert h.admit(e, now=11) is None  # the next probe, at once
+    h.withdraw(e, admitted=10)  # not the probe any more: changes nothing
+    assert h.admit(e, now=12) is not None
+
+
+def test_breakers_run_on_the_monotonic_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NTP steps the wall clock an hour ahead, then an hour back: the cool-down neither
+    # ends early nor lasts an hour longer. The time to try again is still epoch seconds,
+    # on the wall clock as it now reads.
+    h = EndpointHealth(failure_threshold=1, cool_down=60)
+    e = "http://x:80"
+    h.record_failure(e)
+    wall = time.time()
+    for step in (3600.0, -3600.0):
+        monkeypatch.setattr(time, "time", lambda step=step: wall + step)
+        assert h.state(e) is BreakerState.OPEN and h.open_endpoints() == {e}
+        retry_at, reopen = h.admit(e), h.next_reopen()
+        assert retry_at is not None and 50 < retry_at - (wall + step) <= 60
+        assert reopen is not None and 50 < reopen - (wall + step) <= 60
+
+
 def test_failures_of_requests_sent_before_the_breaker_opened_do_not_lengthen_it() -> None:
     # per_endpoint requests in flight fail together: the breaker opens once, for the
     # first cool-down, not for the longest one.
@@ -130,12 +165,12 @@ def test_failures_of_requests_sent_before_the_breaker_opened_do_not_lengthen_it(
     e = "http://x:80"
     for _ in range(16):
         h.record_failure(e, now=100)
-    assert h.admit(e, now=101) == 110
+    assert wait_of(h.admit(e, now=101)) == 9
     h.record_failure(e, now=105)  # a straggler, while open
-    assert h.admit(e, now=106) == 110
+    assert wait_of(h.admit(e, now=106)) == 4
     assert h.admit(e, now=110) is None  # the probe
     h.record_failure(e, now=111)
-    assert h.admit(e, now=112) == 131  # the second cool-down: 20 s
+    assert wait_of(h.admit(e, now=112)) == 19  # the second cool-down: 20 s, from 111
 
 
 def test_failed_probe_reopens_with_a_longer_cool_down() -> None:
@@ -144,9 +179,9 @@ def test_failed_probe_reopens_with_a_longer_cool_down() -> None:
     h.record_failure(e, now=0)
     assert h.admit(e, now=10) is None
     h.record_failure(e, now=10)
-    assert h.admit(e, now=11) == 30  # 20 s now
+    assert wait_of(h.admit(e, now=11)) == 19  # 20 s now, from 10
     h.record_failure(e, now=30)
-    assert h.admit(e, now=31) == 55  # capped at 25 s
+    assert wait_of(h.admit(e, now=31)) == 24  # capped at 25 s, from 30
 
 
 def test_endpoints_that_stopped_failing_long_ago_are_forgotten() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import aiohttp
@@ -355,7 +354,7 @@ async def test_cli_shows_endpoint_health_from_the_admin_api(
         assert "healthy" in capsys.readouterr().out
         health = gw.notifier.dispatcher.health
         for _ in range(health.failure_threshold):  # the endpoint keeps failing: its breaker opens
-            health.record_failure("http://127.0.0.1:9", time.time())
+            health.record_failure("http://127.0.0.1:9")
         assert await asyncio.to_thread(cli_main, [*argv, "--json"]) == 0
         assert json.loads(capsys.readouterr().out) == {"open": ["http://127.0.0.1:9"]}
         bad = ["endpoints", "--gateway", url, "--admin-key", "wrong-key-wrong-key"]

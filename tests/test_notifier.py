@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from standardwebhooks.webhooks import Webhook
 from tenacity import wait_fixed
 
 from a2a_push.delivery.dispatcher import CHAIN_LIMIT, DispatcherOptions
+from a2a_push.delivery.health import BreakerState, EndpointHealth, endpoint_of
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
@@ -1061,6 +1064,155 @@ async def test_graceful_stop_releases_claims(tmp_path: Path, sink: WebhookSink) 
     async with second:
         # Released, not leased for 300 s: the new process picks it up at once.
         await wait_until(lambda: _is(second, delivery_id, DeliveryState.DELIVERED), timeout=5)
+
+
+class _Gated:
+    """An endpoint on 127.0.0.1 that holds POSTs to /hang until ``open()`` and answers
+    every POST 200; records the path of each request as it arrives."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.server: TestServer | None = None
+        self._open = asyncio.Event()
+        self._arrived = asyncio.Condition()
+
+    async def start(
+        self, aiohttp_server: Callable[[web.Application], Awaitable[TestServer]]
+    ) -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self.server = await aiohttp_server(app)
+
+    def url(self, path: str = "/hang") -> str:
+        assert self.server is not None
+        return str(self.server.make_url(path))
+
+    @property
+    def endpoint(self) -> str:
+        return endpoint_of(self.url())
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait_for(self, count: int, path: str = "/hang") -> None:
+        async with asyncio.timeout(10):
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: self.paths.count(path) >= count)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        async with self._arrived:
+            self.paths.append(request.path)
+            self._arrived.notify_all()
+        if request.path == "/hang":
+            await asyncio.wait_for(self._open.wait(), 30)
+        return web.Response()
+
+
+@pytest.fixture
+async def gated(aiohttp_server: Any) -> AsyncIterator[Callable[[], Awaitable[_Gated]]]:
+    made: list[_Gated] = []
+
+    async def make() -> _Gated:
+        gate = _Gated()
+        await gate.start(aiohttp_server)
+        made.append(gate)
+        return gate
+
+    yield make
+    for gate in made:  # held requests end, so the servers shut down promptly
+        gate.open()
+
+
+async def test_stop_releases_deliveries_still_waiting_for_an_endpoint_slot(
+    make_notifier: MakeNotifier, gated: Callable[[], Awaitable[_Gated]]
+) -> None:
+    # Requests on the wire when stop() begins may finish; a delivery still waiting for
+    # one of its endpoint's slots starts none: it goes back to the outbox at once, and
+    # the next start sends it.
+    slow = await gated()
+    n = await make_notifier(dispatcher=DispatcherOptions(per_endpoint=2))
+    await n.register_config(TaskPushNotificationConfig(url=slow.url()), owner="o", task_id="t0")
+    await n.publish("t0", status("t0", TaskState.WORKING))
+    await slow.wait_for(1)
+    # Two configs of one task: one publish, two lanes, claimed together (a claim hands
+    # out up to per_endpoint lanes of an endpoint below its cap). One of them takes the
+    # endpoint's second slot, the other waits for a slot.
+    for config_id in ("a", "b"):
+        await n.register_config(
+            TaskPushNotificationConfig(url=slow.url(), id=config_id), owner="o", task_id="t1"
+        )
+    ids = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await slow.wait_for(2)
+    await wait_until(
+        lambda: asyncio.sleep(0, n.dispatcher.debug_state()["waiting"] == {slow.endpoint: 1})
+    )
+    stopping = asyncio.create_task(n.dispatcher.stop())
+
+    async def one_released() -> bool:
+        leases = [(await n.store.get_delivery(i)) for i in ids]
+        return any(d is not None and d.leased_until is None for d in leases)
+
+    await wait_until(one_released)  # at once: both requests are still on the wire
+    slow.open()
+    await stopping
+    assert slow.paths == ["/hang"] * 2  # the two on the wire finished; no third was sent
+    states = {i: await n.store.get_delivery(i) for i in ids}
+    (waited,) = [d for d in states.values() if d is not None and d.state is DeliveryState.PENDING]
+    assert waited.attempts == 0 and waited.leased_until is None
+    n.dispatcher.start()
+    await wait_until(lambda: _is(n, waited.id, DeliveryState.DELIVERED))
+    assert slow.paths == ["/hang"] * 3
+
+
+async def test_a_probe_that_finds_no_endpoint_slot_lets_the_next_delivery_probe(
+    make_notifier: MakeNotifier, gated: Callable[[], Awaitable[_Gated]]
+) -> None:
+    # A half-open breaker lets one delivery through as its probe. If that delivery then
+    # finds its endpoint's slots taken until its wait ends, it goes back to the outbox
+    # unsent: it must give the probe's turn back (as neither a success nor a failure),
+    # or every delivery to the endpoint waits for probe_timeout.
+    first, busy = await gated(), await gated()
+    health = EndpointHealth(failure_threshold=1, cool_down=0, probe_timeout=600)
+    n = await make_notifier(
+        dispatcher=DispatcherOptions(per_endpoint=2, lease_seconds=12),  # slot waits: 3 s
+        retry=RetryPolicy(quick_attempts=1, quick_wait=wait_fixed(0), quick_retry_after_max=0.1),
+        timeouts=Timeouts(total=8),
+        health=health,
+    )
+    # A lane of two events, the first held on the wire to the first endpoint.
+    await n.register_config(
+        TaskPushNotificationConfig(url=first.url(), id="c"), owner="o", task_id="x"
+    )
+    (_, second) = [
+        (await n.publish("x", status("x", TaskState.WORKING, str(i)))).delivery_ids[0]
+        for i in range(2)
+    ]
+    await first.wait_for(1)
+    # The other endpoint: both its slots held by requests on the wire.
+    for t in ("h1", "h2"):
+        await n.register_config(TaskPushNotificationConfig(url=busy.url()), owner="o", task_id=t)
+        await n.publish(t, status(t, TaskState.WORKING))
+    await busy.wait_for(2)
+    # The lane's config now points at the busy endpoint, and that endpoint's breaker is
+    # half-open (cool_down=0): the lane's second event, leased as soon as the first is
+    # delivered, is let through as the probe and then waits for a slot in vain.
+    await n.register_config(
+        TaskPushNotificationConfig(url=busy.url("/ok"), id="c"), owner="o", task_id="x"
+    )
+    health.record_failure(busy.endpoint)
+    first.open()
+
+    def deferred() -> float:
+        labels = {"outcome": "deferred"}
+        return n.metrics.registry.get_sample_value("a2a_push_deliveries_total", labels) or 0
+
+    await wait_until(lambda: asyncio.sleep(0, deferred() == 1))
+    d = await n.store.get_delivery(second)
+    assert d is not None and d.state is DeliveryState.PENDING and d.attempts == 0
+    assert busy.paths == ["/hang"] * 2  # the probe was never sent
+    assert health.state(busy.endpoint) is BreakerState.HALF_OPEN  # no verdict either way
+    assert health.admit(busy.endpoint) is None  # the next delivery may probe now
 
 
 async def test_metrics_route(

@@ -5,7 +5,8 @@
   one endpoint; an endpoint at its cap, or with an open breaker, has its work deferred
   so slow or dead endpoints never hold the slots others need.
 - Graceful: ``stop()`` stops claiming, lets in-flight work finish for ``drain_timeout``,
-  then releases what is left. After a crash, leases expire and the work returns.
+  then releases what is left; work still waiting for an endpoint slot is released at
+  once, unsent. After a crash, leases expire and the work returns.
 """
 
 from __future__ import annotations
@@ -170,12 +171,15 @@ class Dispatcher:
             self._runner = asyncio.create_task(self._run(), name="a2a-push-dispatcher")
 
     async def stop(self) -> None:
-        """Stop claiming, finish in-flight work (up to drain_timeout), release the rest."""
+        """Stop claiming, finish in-flight work (up to drain_timeout), release the rest.
+        Deliveries waiting for an endpoint slot send nothing: they are released now."""
         if self._runner is None:
             return
         self._stopping = True
         self._wake.set()
         self._slot_freed.set()
+        for slot_freed in self._endpoint_freed.values():
+            slot_freed.set()  # wakes the waiters (see _endpoint_slot)
         with contextlib.suppress(asyncio.CancelledError):
             await self._runner
         self._runner = None
@@ -262,7 +266,7 @@ class Dispatcher:
                     due = await self.store.next_due_at(exclude_endpoints=excluded)
                 except Exception:
                     due = None
-                for at in (due, self.health.next_reopen(now)):
+                for at in (due, self.health.next_reopen()):
                     if at is not None:
                         timeout = max(0.0, min(timeout, at - now))
             await self._sleep(timeout)
@@ -290,7 +294,8 @@ class Dispatcher:
             # Parsed once, by the claim loop (None only for a URL that does not parse:
             # parsing again raises, and the delivery is dead-lettered below).
             endpoint = held if held is not None else endpoint_of(config.url)
-            retry_at = self.health.admit(endpoint, time.time())
+            admitted = time.monotonic()
+            retry_at = self.health.admit(endpoint, admitted)
             if retry_at is not None:
                 await self._defer(delivery, retry_at)
                 return
@@ -298,7 +303,7 @@ class Dispatcher:
             while True:
                 chained += 1
                 nxt = await self._attempt_and_record(
-                    current, config, endpoint, claim_next=chained < CHAIN_LIMIT
+                    current, config, endpoint, admitted, claim_next=chained < CHAIN_LIMIT
                 )
                 if nxt is None:
                     break
@@ -320,7 +325,8 @@ class Dispatcher:
                     self._unhold(held)
                     held = endpoint
                     self._held[endpoint] += 1
-                retry_at = self.health.admit(endpoint, time.time())
+                admitted = time.monotonic()
+                retry_at = self.health.admit(endpoint, admitted)
                 if retry_at is not None:
                     await self._defer(nxt, retry_at)
                     break
@@ -393,7 +399,7 @@ class Dispatcher:
     async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
         database) behind at most ``per_endpoint`` others, until ``deadline`` (monotonic);
-        False when the queue is full or the deadline passes."""
+        False when the queue is full, the deadline passes or ``stop()`` begins."""
         cap = self.options.per_endpoint
         if self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
@@ -405,10 +411,14 @@ class Dispatcher:
         try:
             while True:
                 freed.clear()  # before the check, so a release after it is not missed
+                if self._stopping:
+                    # Graceful stop: requests on the wire finish, none starts. The lane
+                    # is released, and sent in order after the next start.
+                    return False
                 if self._per_endpoint[endpoint] < cap:
                     break
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopping:
+                if remaining <= 0:
                     return False
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(freed.wait(), remaining)
@@ -421,10 +431,17 @@ class Dispatcher:
                 self._endpoint_freed.pop(endpoint, None)
 
     async def _attempt_and_record(
-        self, delivery: Delivery, config: StoredConfig, endpoint: str, *, claim_next: bool
+        self,
+        delivery: Delivery,
+        config: StoredConfig,
+        endpoint: str,
+        admitted: float,
+        *,
+        claim_next: bool,
     ) -> Delivery | None:
-        """One claim's attempts and their outcome; with ``claim_next``, returns the lane's
-        next delivery when it was due and could be leased at once."""
+        """One claim's attempts and their outcome (``admitted``: when the breaker let the
+        delivery through); with ``claim_next``, returns the lane's next delivery when it
+        was due and could be leased at once."""
         attempts = delivery.attempts
         first_round = delivery.rounds == 0
         # All of this claim's waits for an endpoint slot share one budget, so the claim
@@ -453,8 +470,12 @@ class Dispatcher:
         except A2APushError as exc:
             result = exc.with_traceback(None)
         except _EndpointBusy:
+            # Nothing was sent: if this was the breaker's probe, the next delivery probes
+            # instead (it would otherwise hold the endpoint until probe_timeout).
+            self.health.withdraw(endpoint, admitted)
             # Hand the lane back, due at once: the claim loop skips saturated endpoints
-            # and picks it up again as soon as this one has room.
+            # and picks it up again as soon as this one has room (after a stop, the next
+            # start does).
             with _bookkeeping():
                 await self.store.release([delivery.id], worker_id=self.worker_id)
             self.metrics.deliveries.labels("deferred").inc()
@@ -525,10 +546,10 @@ class Dispatcher:
             if status is not None:
                 self.health.record_success(endpoint)  # it answered: reachable, just refusing
             else:
-                self.health.record_failure(endpoint, now)
+                self.health.record_failure(endpoint)
             await self._finish(delivery, "dead", attempts, status=status, error=error)
         else:
-            self.health.record_failure(endpoint, now)
+            self.health.record_failure(endpoint)
             await self._reschedule(delivery, config, attempts, result, status, error, now)
             return None
         self.metrics.deliveries.labels(verdict.value).inc()

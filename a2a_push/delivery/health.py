@@ -3,6 +3,11 @@
 Consecutive failures open the breaker; while open, deliveries to that endpoint are
 deferred without spending attempts. After a cool-down one probe is let through
 (half-open): success closes the breaker, failure re-opens it with a longer cool-down.
+
+Cool-downs and probes run on ``time.monotonic()`` (every ``now`` argument here is a
+reading of it): a step of the wall clock (NTP) neither holds a breaker open nor closes
+it early. The times handed out (when to try again) are epoch seconds, as the outbox
+schedules work.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class BreakerState(enum.StrEnum):
 @dataclass(slots=True)
 class _Endpoint:
     failures: int = 0
-    open_until: float = 0.0
+    open_until: float = 0.0  # this and the other times: time.monotonic()
     trips: int = 0
     probing_since: float | None = None
     last_failure: float = 0.0
@@ -55,25 +60,35 @@ class EndpointHealth:
         self._pruned_at = float("-inf")
 
     def admit(self, endpoint: str, now: float | None = None) -> float | None:
-        """None if a request may go now, else the time at which to try again."""
+        """None if a request may go now, else the time (epoch seconds) at which to try
+        again."""
         e = self._endpoints.get(endpoint)
         if e is None or e.failures < self.failure_threshold:
             return None
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         if now < e.open_until:
-            return e.open_until
+            return _epoch(e.open_until, now)
         if e.probing_since is not None and now - e.probing_since < self.probe_timeout:
             # One probe at a time; the rest wait for its verdict (or for it to be lost:
-            # a probe that was deferred or cancelled never reports back).
-            return now + min(self.cool_down, 5.0)
+            # a probe that was cancelled never reports back).
+            return _epoch(now + min(self.cool_down, 5.0), now)
         e.probing_since = now
         return None
+
+    def withdraw(self, endpoint: str, admitted: float) -> None:
+        """A request ``admit`` let through at ``admitted`` (the ``now`` it was given) was
+        not sent after all. If it was the half-open probe, the next request may probe at
+        once instead of after ``probe_timeout``; it counts as neither success nor
+        failure."""
+        e = self._endpoints.get(endpoint)
+        if e is not None and e.probing_since == admitted:
+            e.probing_since = None
 
     def record_success(self, endpoint: str) -> None:
         self._endpoints.pop(endpoint, None)
 
     def record_failure(self, endpoint: str, now: float | None = None) -> None:
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         e = self._endpoints.setdefault(endpoint, _Endpoint())
         e.failures += 1
         e.probing_since = None
@@ -90,12 +105,12 @@ class EndpointHealth:
         e = self._endpoints.get(endpoint)
         if e is None or e.failures < self.failure_threshold:
             return BreakerState.CLOSED
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         return BreakerState.OPEN if now < e.open_until else BreakerState.HALF_OPEN
 
     def open_endpoints(self, now: float | None = None) -> set[str]:
         """Endpoints whose breaker is open (not yet due for a probe)."""
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         self._prune(now)
         return {
             key
@@ -104,18 +119,19 @@ class EndpointHealth:
         }
 
     def next_reopen(self, now: float | None = None) -> float | None:
-        """When the first open breaker lets a probe through (None when none is open)."""
-        now = time.time() if now is None else now
+        """When (epoch seconds) the first open breaker lets a probe through (None when
+        none is open)."""
+        now = time.monotonic() if now is None else now
         self._prune(now)
         times = [
             e.open_until
             for e in self._endpoints.values()
             if e.failures >= self.failure_threshold and now < e.open_until
         ]
-        return min(times) if times else None
+        return _epoch(min(times), now) if times else None
 
     def states(self, now: float | None = None) -> dict[str, BreakerState]:
-        now = time.time() if now is None else now
+        now = time.monotonic() if now is None else now
         self._prune(now)
         return {key: self.state(key, now) for key in self._endpoints}
 
@@ -136,3 +152,8 @@ class EndpointHealth:
         ]
         for key in stale:
             del self._endpoints[key]
+
+
+def _epoch(at: float, now: float) -> float:
+    """``at`` on the monotonic clock (``now`` read from it) as epoch seconds."""
+    return time.time() + (at - now)
