@@ -191,6 +191,56 @@ def clock_off_by(monkeypatch: pytest.MonkeyPatch, seconds: float) -> Iterator[No
         yield
 
 
+async def test_a_retry_or_deferral_waits_its_pause_whatever_the_workers_clock_says(
+    open_stores: OpenStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker a minute behind the database reschedules by its own clock: 30 s from its
+    # now. Claims go by the database's clock, so written as given, that time would be
+    # due at once (claimed, deferred and claimed again in a loop, or a retry sent early).
+    (store,) = await open_stores(1)
+    for task in ("task-1", "task-2"):
+        await store.put_config(config(task, id="a"))
+        await enqueue(store, task, now=None)
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="behind")
+    assert len(claimed) == 2
+    retry, defer = sorted(claimed, key=lambda d: d.task_id)
+    with clock_off_by(monkeypatch, -60):
+        pause_ends = time.time() - 60 + 30  # on the worker's clock
+        await store.complete(
+            [
+                Outcome(
+                    retry.id,
+                    retry.config_key,
+                    retry.task_id,
+                    "retry",
+                    attempts=1,
+                    next_attempt_at=pause_ends,
+                    worker_id="behind",
+                ),
+            ]
+        )
+        assert (
+            await store.complete_and_claim_next(
+                Outcome(
+                    defer.id,
+                    defer.config_key,
+                    defer.task_id,
+                    "defer",
+                    attempts=0,
+                    next_attempt_at=pause_ends,
+                    worker_id="behind",
+                ),
+                lease_seconds=30,
+                worker_id="behind",
+            )
+            is None
+        )
+        assert await store.claim_due(10, lease_seconds=30, worker_id="behind") == []
+    assert await store.claim_due(10, lease_seconds=30, worker_id="on-time") == []
+    due = await store.next_due_at()
+    assert due == pytest.approx(time.time() + 30, abs=5)
+
+
 async def test_leases_follow_the_database_clock_whatever_a_replicas_clock_says(
     open_stores: OpenStores, monkeypatch: pytest.MonkeyPatch
 ) -> None:

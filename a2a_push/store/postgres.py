@@ -12,10 +12,11 @@ Same lanes model as the SQLite backend. What changes with many processes:
 - "Now" is the database server's clock, read in the statements that need it (no extra
   round trip), unless the caller passes ``now``: replicas on hosts whose clocks disagree
   still agree on which lanes are due and whose lease is live, so a replica whose clock
-  runs ahead never takes a live lease over (a second send, out of order). Times the
-  application computes stay on its clock: a retry's or deferral's ``next_attempt_at``
-  (the retry policy), a config's ``failing_since``, and the cutoffs of purges and of
-  idempotency keys (skew there moves a retry or a retention by seconds, not a lease).
+  runs ahead never takes a live lease over (a second send, out of order). A retry's or
+  deferral's ``next_attempt_at`` (computed by the worker's retry policy or breaker) is
+  moved onto the database's clock as it is written. Times the application computes and
+  compares itself stay on its clock: a config's ``failing_since``, and the cutoffs of
+  purges and of idempotency keys (skew there moves a retention by that much).
 - Publishes, replays and releases ``NOTIFY`` a channel; a store given a wake-up callback
   (``set_wakeup``) keeps one connection listening on it and calls the callback, so idle
   dispatchers elsewhere start at once instead of at their next poll.
@@ -727,8 +728,9 @@ class PostgresStore(RowMapping, Store):
             return
         async with self._transaction() as conn:
             at = await _lock_tasks(conn, [o.task_id for o in outcomes], now)
+            shift = _clock_shift(at, now)
             for o in outcomes:
-                await _apply_outcome(conn, o, at)
+                await _apply_outcome(conn, o, at, shift=shift)
 
     async def complete_and_claim_next(
         self,
@@ -742,7 +744,9 @@ class PostgresStore(RowMapping, Store):
             # The lease runs from the database's now once the lock is held.
             at = await _lock_tasks(conn, [outcome.task_id], now)
             lease = (at, at + lease_seconds, worker_id)
-            head_id = await _apply_outcome(conn, outcome, at, lease_next=lease)
+            head_id = await _apply_outcome(
+                conn, outcome, at, shift=_clock_shift(at, now), lease_next=lease
+            )
             if head_id is None:
                 return None
             row = await conn.fetchrow(_Q["delivery_with_config"], head_id)
@@ -848,6 +852,13 @@ async def _lock_tasks(conn: Any, task_ids: Sequence[str], now: float | None = No
     return at
 
 
+def _clock_shift(at: float, now: float | None) -> float:
+    """How far the database server's clock (``at``, just read) is ahead of this process's:
+    added to the times this process computed (a retry's or deferral's due time) so that
+    they are due when meant by the clock claims go by. 0 with an explicit ``now``."""
+    return 0.0 if now is not None else at - time.time()
+
+
 async def _enqueue_locked(
     conn: Any,
     task_id: str,
@@ -891,21 +902,26 @@ async def _apply_outcome(
     o: Outcome,
     at: float,
     *,
+    shift: float = 0.0,
     lease_next: tuple[float, float, str] | None = None,
 ) -> str | None:
     """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
     next delivery if it is due now and return its id.
 
-    ``at`` is the transaction's time (the database's clock, see ``_lock_tasks``); a retry's
-    or deferral's ``o.next_attempt_at`` is the worker's, as its retry policy or breaker
-    computed it (a skewed worker moves that retry by its skew, not a lease)."""
+    ``at`` is the transaction's time (the database's clock, see ``_lock_tasks``). A retry's
+    or deferral's ``o.next_attempt_at`` is on the worker's clock (its retry policy or
+    breaker computed it): ``shift`` (see ``_clock_shift``) puts it on the database's, so
+    that a pause shorter than the worker's skew is not due at once (a worker behind the
+    database would otherwise claim, defer and claim again in a loop)."""
     leased: str | None = None
     status = "UPDATE 0"
     if await _leased_to_another(conn, o):
         pass  # that worker's outcome will count
     elif o.kind == "defer":
         assert o.next_attempt_at is not None
-        status = await conn.execute(_Q["defer_delivery"], o.next_attempt_at, at, o.delivery_id)
+        status = await conn.execute(
+            _Q["defer_delivery"], o.next_attempt_at + shift, at, o.delivery_id
+        )
     elif o.kind == "retry":
         assert o.next_attempt_at is not None
         status = await conn.execute(
@@ -913,7 +929,7 @@ async def _apply_outcome(
             o.attempts,
             o.status,
             o.error,
-            o.next_attempt_at,
+            o.next_attempt_at + shift,
             at,
             o.delivery_id,
         )
