@@ -219,3 +219,14 @@ def test_secrets_stay_out_of_reprs() -> None:
         auth_credentials="cred-SECRET",
     )
     assert "SECRET" not in repr(c) and "SECRET" not in str(c)
+
+
+def test_an_epoch_time_given_as_a_breakers_now_is_refused() -> None:
+    # Its times are time.monotonic() readings: time.time() would open it for decades.
+    h = EndpointHealth(failure_threshold=1, cool_down=60)
+    with pytest.raises(ValueError, match=r"time\.monotonic\(\)"):
+        h.record_failure("http://x:80", time.time())
+    h.record_failure("http://x:80")
+    with pytest.raises(ValueError, match=r"time\.monotonic\(\)"):
+        h.admit("http://x:80", time.time())
+    assert h.admit("http://x:80", time.monotonic() + 61) is None  # the probe

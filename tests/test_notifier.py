@@ -1124,6 +1124,24 @@ async def gated(aiohttp_server: Any) -> AsyncIterator[Callable[[], Awaitable[_Ga
         gate.open()
 
 
+async def test_no_quick_retry_starts_once_stop_has_begun(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # The first attempt fails; stop() begins during the pause before the second. That
+    # one is not sent: the delivery goes back to the outbox as a durable retry.
+    sink.set_default("/down", SinkResponse(503))
+    n = await make_notifier(
+        retry=RetryPolicy(quick_attempts=3, quick_wait=wait_fixed(1.0), schedule=(0.3,))
+    )
+    await n.register_config(hook(sink, "/down"), owner="o", task_id="t1")
+    (delivery_id,) = (await n.publish("t1", status("t1", TaskState.WORKING))).delivery_ids
+    await sink.wait_for(1, path="/down")
+    await n.dispatcher.stop()
+    assert len(sink.on("/down")) == 1
+    d = await n.store.get_delivery(delivery_id)
+    assert d is not None and d.state is DeliveryState.PENDING and d.attempts == 1
+
+
 async def test_stop_releases_deliveries_still_waiting_for_an_endpoint_slot(
     make_notifier: MakeNotifier, gated: Callable[[], Awaitable[_Gated]]
 ) -> None:

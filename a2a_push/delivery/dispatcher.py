@@ -5,8 +5,9 @@
   one endpoint; an endpoint at its cap, or with an open breaker, has its work deferred
   so slow or dead endpoints never hold the slots others need.
 - Graceful: ``stop()`` stops claiming, lets in-flight work finish for ``drain_timeout``,
-  then releases what is left; work still waiting for an endpoint slot is released at
-  once, unsent. After a crash, leases expire and the work returns.
+  then releases what is left; no request starts once stop() has begun (work waiting
+  for an endpoint slot, or for its next quick attempt, is released or rescheduled).
+  After a crash, leases expire and the work returns.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ class Dispatcher:
 
     async def stop(self) -> None:
         """Stop claiming, finish in-flight work (up to drain_timeout), release the rest.
-        Deliveries waiting for an endpoint slot send nothing: they are released now."""
+        No request starts from here on: deliveries waiting for an endpoint slot are
+        released now, and a quick retry not yet sent becomes a durable retry."""
         if self._runner is None:
             return
         self._stopping = True
@@ -396,10 +398,16 @@ class Dispatcher:
         if slot_freed is not None:
             slot_freed.set()
 
+    def _stop_begun(self) -> bool:
+        return self._stopping  # (a call: read afresh after an await, mypy agreeing)
+
     async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
         database) behind at most ``per_endpoint`` others, until ``deadline`` (monotonic);
-        False when the queue is full, the deadline passes or ``stop()`` begins."""
+        False when the queue is full, the deadline passes or ``stop()`` has begun (requests
+        on the wire then finish, and none starts: the claim is released, unsent)."""
+        if self._stopping:
+            return False
         cap = self.options.per_endpoint
         if self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
@@ -411,7 +419,7 @@ class Dispatcher:
         try:
             while True:
                 freed.clear()  # before the check, so a release after it is not missed
-                if self._stopping:
+                if self._stop_begun():
                     # Graceful stop: requests on the wire finish, none starts. The lane
                     # is released, and sent in order after the next start.
                     return False

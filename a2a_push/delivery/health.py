@@ -65,7 +65,7 @@ class EndpointHealth:
         e = self._endpoints.get(endpoint)
         if e is None or e.failures < self.failure_threshold:
             return None
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         if now < e.open_until:
             return _epoch(e.open_until, now)
         if e.probing_since is not None and now - e.probing_since < self.probe_timeout:
@@ -88,7 +88,7 @@ class EndpointHealth:
         self._endpoints.pop(endpoint, None)
 
     def record_failure(self, endpoint: str, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         e = self._endpoints.setdefault(endpoint, _Endpoint())
         e.failures += 1
         e.probing_since = None
@@ -105,12 +105,12 @@ class EndpointHealth:
         e = self._endpoints.get(endpoint)
         if e is None or e.failures < self.failure_threshold:
             return BreakerState.CLOSED
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         return BreakerState.OPEN if now < e.open_until else BreakerState.HALF_OPEN
 
     def open_endpoints(self, now: float | None = None) -> set[str]:
         """Endpoints whose breaker is open (not yet due for a probe)."""
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         self._prune(now)
         return {
             key
@@ -121,7 +121,7 @@ class EndpointHealth:
     def next_reopen(self, now: float | None = None) -> float | None:
         """When (epoch seconds) the first open breaker lets a probe through (None when
         none is open)."""
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         self._prune(now)
         times = [
             e.open_until
@@ -131,7 +131,7 @@ class EndpointHealth:
         return _epoch(min(times), now) if times else None
 
     def states(self, now: float | None = None) -> dict[str, BreakerState]:
-        now = time.monotonic() if now is None else now
+        now = _reading(now)
         self._prune(now)
         return {key: self.state(key, now) for key in self._endpoints}
 
@@ -152,6 +152,25 @@ class EndpointHealth:
         ]
         for key in stale:
             del self._endpoints[key]
+
+
+# A time.monotonic() reading is the time since boot (Linux) or a similar origin: far
+# below this, where epoch seconds (time.time()) have been since 2001.
+_EPOCH_SECONDS = 1e9
+
+
+def _reading(now: float | None) -> float:
+    """``now`` as given (a ``time.monotonic()`` reading), or read. An epoch time given by
+    mistake (``time.time()``, as before this clock changed) is refused: it would hold a
+    breaker open for decades."""
+    if now is None:
+        return time.monotonic()
+    if now >= _EPOCH_SECONDS and time.monotonic() < _EPOCH_SECONDS:
+        raise ValueError(
+            f"EndpointHealth: now={now} looks like time.time() (epoch seconds); pass a "
+            "time.monotonic() reading, or leave now out"
+        )
+    return now
 
 
 def _epoch(at: float, now: float) -> float:
