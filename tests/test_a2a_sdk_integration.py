@@ -303,11 +303,32 @@ async def test_config_store_scopes_by_sdk_user_and_dispatch_sees_all_owners(
     assert [c.id for c in await store.get_info("task-x", alice)] == ["task-x"]
 
 
-async def _artifact_after_restart(sink: WebhookSink, *, with_store: bool) -> dict[str, Any]:
-    """A fresh A2APushSender (as after a restart) gets an artifact update for a task whose
-    status it never saw; the body its v0.3 config receives."""
-    from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+class CountingTaskStore:
+    """The SDK's InMemoryTaskStore (it scopes tasks by user), counting reads."""
 
+    def __init__(self) -> None:
+        from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+
+        self.tasks = InMemoryTaskStore()
+        self.reads = 0
+
+    async def save(self, task: a2a_pb2.Task, context: ServerCallContext) -> None:
+        await self.tasks.save(task, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> a2a_pb2.Task | None:
+        self.reads += 1
+        return await self.tasks.get(task_id, context)
+
+
+async def _artifacts_after_restart(
+    sink: WebhookSink,
+    tasks: CountingTaskStore | None,
+    *,
+    owner: str = ANONYMOUS_OWNER,
+    stored: bool = True,
+) -> list[dict[str, Any]]:
+    """A fresh A2APushSender (as after a restart) gets two artifact updates for a task
+    whose status it never saw, stored by ``owner``; the bodies its v0.3 config receives."""
     from a2a_push.delivery.ssrf import AddressPolicy
     from a2a_push.integrations.a2a_sdk import A2APushSender
     from a2a_push.notifier import PushNotifier
@@ -315,9 +336,10 @@ async def _artifact_after_restart(sink: WebhookSink, *, with_store: bool) -> dic
     from a2a_push.signing import KeySet
     from a2a_push.store import MemoryStore
 
-    tasks = InMemoryTaskStore()
-    working = a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING)
-    await tasks.save(a2a_pb2.Task(id="t1", context_id="ctx-1", status=working), ServerCallContext())
+    if tasks is not None and stored:
+        working = a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING)
+        user = ServerCallContext() if owner == ANONYMOUS_OWNER else alice_context()
+        await tasks.save(a2a_pb2.Task(id="t1", context_id="ctx-1", status=working), user)
     notifier = PushNotifier(
         MemoryStore(),
         issuer="http://agent.test",
@@ -327,35 +349,53 @@ async def _artifact_after_restart(sink: WebhookSink, *, with_store: bool) -> dic
     async with notifier:
         await notifier.register_config(
             TaskPushNotificationConfig(url=sink.url("/v03")),
-            owner=ANONYMOUS_OWNER,
+            owner=owner,
             task_id="t1",
             protocol_version="0.3",
         )
-        sender = A2APushSender(notifier, task_store=tasks if with_store else None)
-        artifact = a2a_pb2.Artifact(artifact_id="a1", parts=[a2a_pb2.Part(text="6")])
-        await sender.send_notification(
-            "t1",
-            a2a_pb2.TaskArtifactUpdateEvent(task_id="t1", context_id="ctx-1", artifact=artifact),
-        )
-        await sink.wait_for(1, timeout=10, path="/v03")
-    body: dict[str, Any] = json.loads(sink.on("/v03")[0].body)
-    return body
+        sender = A2APushSender(notifier, task_store=tasks)  # type: ignore[arg-type]
+        for n in (1, 2):
+            artifact = a2a_pb2.Artifact(artifact_id=f"a{n}", parts=[a2a_pb2.Part(text="6")])
+            await sender.send_notification(
+                "t1",
+                a2a_pb2.TaskArtifactUpdateEvent(
+                    task_id="t1", context_id="ctx-1", artifact=artifact
+                ),
+            )
+        await sink.wait_for(2, timeout=10, path="/v03")
+    return [json.loads(hook.body) for hook in sink.on("/v03")]
 
 
+def alice_context() -> ServerCallContext:
+    return ServerCallContext(user=NamedUser("alice"))
+
+
+@pytest.mark.parametrize("owner", [ANONYMOUS_OWNER, "alice"])
 async def test_a_restarted_sender_reads_an_unseen_tasks_status_from_the_task_store(
-    sink: WebhookSink,
+    sink: WebhookSink, owner: str
 ) -> None:
     # With the handler's task store, the v0.3 config gets the whole task, as PROTOCOL.md
-    # says for v0.3, even though this sender never saw the task's status.
-    body = await _artifact_after_restart(sink, with_store=True)
-    assert body["kind"] == "task", body
-    assert body["id"] == "t1" and body["contextId"] == "ctx-1"
-    assert body["status"]["state"] == "working"
-    assert [a["artifactId"] for a in body["artifacts"]] == ["a1"]
+    # says for v0.3, even though this sender never saw the task's status; a task the
+    # store scopes to a user is read as the owner of the task's configs.
+    tasks = CountingTaskStore()
+    bodies = await _artifacts_after_restart(sink, tasks, owner=owner)
+    for n, body in enumerate(bodies, 1):
+        assert body["kind"] == "task", body
+        assert body["id"] == "t1" and body["contextId"] == "ctx-1"
+        assert body["status"]["state"] == "working"
+        assert [a["artifactId"] for a in body["artifacts"]] == [f"a{n}"]
+    assert tasks.reads == (1 if owner == ANONYMOUS_OWNER else 2)  # then remembered
+
+
+async def test_an_unseen_task_not_in_the_store_is_looked_for_once(sink: WebhookSink) -> None:
+    tasks = CountingTaskStore()
+    bodies = await _artifacts_after_restart(sink, tasks, owner="alice", stored=False)
+    assert [b["kind"] for b in bodies] == ["artifact-update"] * 2
+    assert tasks.reads == 2  # as anonymous, then as alice; not again for the second
 
 
 async def test_without_a_task_store_an_unseen_tasks_artifact_goes_in_its_event_form(
     sink: WebhookSink,
 ) -> None:
-    body = await _artifact_after_restart(sink, with_store=False)
-    assert body["kind"] == "artifact-update", body
+    bodies = await _artifacts_after_restart(sink, None)
+    assert [b["kind"] for b in bodies] == ["artifact-update"] * 2

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks.push_notification_config_store import (
     PushNotificationConfigStore,
@@ -104,6 +105,25 @@ def owner_from_context(context: ServerCallContext) -> str:
     """The SDK's caller identity (``context.user.user_name``), or :data:`ANONYMOUS_OWNER`."""
     name: str = context.user.user_name
     return name or ANONYMOUS_OWNER
+
+
+class _NamedUser(User):
+    """The SDK caller named ``user_name`` (how the sender reads a user's stored task)."""
+
+    def __init__(self, user_name: str) -> None:
+        self._name = user_name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+def _context_of(user_name: str) -> ServerCallContext:
+    return ServerCallContext(user=_NamedUser(user_name))
 
 
 def _to_proto_config(
@@ -259,6 +279,7 @@ class A2APushSender(PushNotificationSender):
         # Each task's latest context and status (the most recently active tasks), so
         # that v0.3 configs get the whole task for every event, as PROTOCOL.md says.
         self._known: OrderedDict[str, tuple[str | None, t.TaskStatus]] = OrderedDict()
+        self._not_stored: OrderedDict[str, None] = OrderedDict()  # looked for, not found
         self._remembered = remembered_tasks
         # The handler's task store: where an artifact update's task status is read when
         # this sender has not seen it (after a restart, or once the task was evicted).
@@ -291,14 +312,25 @@ class A2APushSender(PushNotificationSender):
     async def _stored_status(self, task_id: str) -> tuple[str | None, t.TaskStatus | None]:
         """The task's context and status from the handler's task store (remembered for
         the task's next events); (None, None) without a store, a stored task or a status
-        our models read. A failed read is logged and the event goes in its own form."""
-        if self.task_store is None:
+        our models read. A failed read is logged and the event goes in its own form.
+
+        The SDK does not say who owns the task, and its stores scope tasks by user: the
+        task is looked for as an anonymous caller, then as each owner of its configs
+        (taken for the user name, as :func:`owner_from_context` maps them). A task not
+        found is not looked for again until its next status."""
+        if self.task_store is None or task_id in self._not_stored:
             return None, None
+        found: a2a_pb2.Task | None = None
         try:
-            found = await self.task_store.get(task_id, ServerCallContext())
-            if found is None or not found.HasField("status"):
-                return None, None
-            status: t.TaskStatus = _to_model(found.status, t.TaskStatus)
+            owners = {c.owner for c in await self.notifier.store.configs_for_task(task_id)}
+            for user in [None, *sorted(owners - {ANONYMOUS_OWNER})]:
+                context = ServerCallContext() if user is None else _context_of(user)
+                found = await self.task_store.get(task_id, context)
+                if found is not None:
+                    break
+            status: t.TaskStatus | None = None
+            if found is not None and found.HasField("status"):
+                status = _to_model(found.status, t.TaskStatus)
         except Exception as exc:  # a store or a task we cannot read: send the event as is
             log.warning(
                 "task %s: its status could not be read from the task store (%s)",
@@ -306,12 +338,16 @@ class A2APushSender(PushNotificationSender):
                 type(exc).__name__,
             )
             return None, None
-        context_id = found.context_id or None
-        if context_id is not None:
-            self._remember(task_id, context_id, status)
-        return context_id, status
+        if found is None or status is None or not found.context_id:
+            self._not_stored[task_id] = None
+            if len(self._not_stored) > self._remembered:
+                self._not_stored.popitem(last=False)
+            return None, None
+        self._remember(task_id, found.context_id, status)
+        return found.context_id, status
 
     def _remember(self, task_id: str, context_id: str | None, status: t.TaskStatus) -> None:
+        self._not_stored.pop(task_id, None)
         self._known[task_id] = (context_id, status)
         self._known.move_to_end(task_id)
         if len(self._known) > self._remembered:
