@@ -636,7 +636,16 @@ class PushNotifier:
     # ---- operations -----------------------------------------------------------------------
 
     def jwks(self) -> dict[str, Any]:
-        """The public keys receivers verify our JWTs with (serve at /.well-known/jwks.json)."""
+        """The public keys receivers verify our JWTs with (serve at /.well-known/jwks.json).
+
+        Read afresh from the key folder when another process rotated the keys (one
+        ``stat`` when nothing changed): a process that has already picked up a new key
+        signs with it, and a receiver fetching the set from any process must find it."""
+        try:
+            if self.keyset.reload():
+                log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
+        except Exception:
+            log.exception("reloading the signing keys failed; publishing the old set")
         return self.keyset.jwks()
 
     async def dead_letters(self, *, task_id: str | None = None, limit: int = 100) -> list[Delivery]:

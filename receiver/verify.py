@@ -433,7 +433,9 @@ class JWKSCache:
         try:
             async with session.get(
                 self.url,
-                headers=self._headers,
+                # The cache is ours: a copy an HTTP cache on the way kept (the agent's
+                # max-age) could lack a key rotated in since, the very reason to fetch.
+                headers={"Cache-Control": "no-cache", **self._headers},
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
                 allow_redirects=False,
             ) as resp:

@@ -201,6 +201,25 @@ async def test_rotating_the_key_in_the_database_switches_the_signer(tmp_path: Pa
         assert kids == [after, before]  # the retired key stays published
 
 
+async def test_the_jwks_publishes_a_key_rotated_in_before_the_next_periodic_reload(
+    tmp_path: Path,
+) -> None:
+    # Another replica may already sign with the new key: a receiver fetching the JWKS
+    # from this one (which would only reload in an hour) must find it.
+    database = str(tmp_path / "outbox.db")
+    async with (
+        running_gateway(gateway_settings(database, key_reload_interval=3600)) as (url, gw),
+        aiohttp.ClientSession() as session,
+    ):
+        before = gw.notifier.keyset.active.kid
+        await asyncio.sleep(1.1)  # past the route's one-second reuse of its last look
+        assert await asyncio.to_thread(cli_main, ["keys", "rotate", "--database", database]) == 0
+        async with session.get(url + "/.well-known/jwks.json") as resp:
+            kids = [k["kid"] for k in (await resp.json())["keys"]]
+        assert len(kids) == 2 and kids[1] == before and kids[0] != before
+        assert gw.notifier.keyset.active.kid == kids[0]
+
+
 async def test_client_gives_up_on_refusals_and_retries_unavailability(tmp_path: Path) -> None:
     settings = gateway_settings(str(tmp_path / "outbox.db"))
     async with (

@@ -1448,3 +1448,20 @@ def test_a_lease_shorter_than_a_claim_is_refused() -> None:
     with pytest.raises(ValueError, match="lease_seconds"):
         PushNotifier(MemoryStore(), issuer=ISSUER, dispatcher=DispatcherOptions(lease_seconds=30))
     PushNotifier(MemoryStore(), issuer=ISSUER)  # the defaults are consistent
+
+
+def test_the_jwks_publishes_a_key_another_process_rotated_in(tmp_path: Path) -> None:
+    # Another process sharing the key folder may already sign with the new key; this
+    # one (which would reload its keys only in an hour) must publish it when asked.
+    from a2a_push.signing import KeySet
+
+    other = KeySet.load_or_create(tmp_path / "keys")
+    n = PushNotifier(
+        MemoryStore(),
+        issuer=ISSUER,
+        keyset=KeySet.load_or_create(tmp_path / "keys"),
+        key_reload_interval=3600,
+    )
+    before = n.jwks()["keys"][0]["kid"]
+    rotated = other.rotate()
+    assert [k["kid"] for k in n.jwks()["keys"]] == [rotated.kid, before]

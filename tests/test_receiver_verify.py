@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -473,6 +473,7 @@ class JWKSServer:
     hits: int = 0
     status: int = 200
     body: Any = None
+    cache_control: list[str | None] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -481,6 +482,7 @@ async def jwks_server(keyset: KeySet) -> AsyncIterator[JWKSServer]:
 
     async def jwks(request: web.Request) -> web.Response:
         state.hits += 1
+        state.cache_control.append(request.headers.get("Cache-Control"))
         body = state.body if state.body is not None else state.keyset.jwks()
         return web.json_response(body, status=state.status)
 
@@ -502,6 +504,21 @@ async def test_jwks_is_fetched_once_and_cached(jwks_server: JWKSServer) -> None:
         token = _sign(jwks_server.keyset, webhook_id=f"msg_{i}", now=int(time.time()))
         await verifier.verify({HEADER_SIGNATURE: token}, BODY)
     assert jwks_server.hits == cache.fetches == 1
+
+
+async def test_jwks_fetches_ask_caches_on_the_way_for_a_fresh_copy(
+    jwks_server: JWKSServer,
+) -> None:
+    # The agent answers with a max-age; an HTTP cache keeping that copy would hide a key
+    # rotated in since, and refetching for an unknown kid would not find it.
+    cache = JWKSCache(jwks_server.url, min_refresh=0.0)
+    verifier = _verifier(jwks=cache)
+    first = _sign(jwks_server.keyset, webhook_id="msg_1", now=int(time.time()))
+    await verifier.verify({HEADER_SIGNATURE: first}, BODY)
+    jwks_server.keyset.rotate()
+    second = _sign(jwks_server.keyset, webhook_id="msg_2", now=int(time.time()))
+    await verifier.verify({HEADER_SIGNATURE: second}, BODY)
+    assert jwks_server.cache_control == ["no-cache", "no-cache"]
 
 
 async def test_concurrent_first_requests_share_one_fetch(jwks_server: JWKSServer) -> None:

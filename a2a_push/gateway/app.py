@@ -94,6 +94,7 @@ class Gateway:
         self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}
         self._admins = [_digest(k.get_secret_value()) for k in settings.admin_keys]
         self._key_watcher: asyncio.Task[None] | None = None
+        self._keys_checked_at = float("-inf")  # time.monotonic() of the last reload
         self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -138,6 +139,20 @@ class Gateway:
         what = "signing keys loaded" if starting else "signing keys reloaded"
         log.info("%s; active kid %s", what, self._keyset.active.kid)
         return True
+
+    async def fresh_keys(self) -> None:
+        """Reload the stored keys if the last look was over a second ago (for the JWKS
+        route); a failure keeps the set in memory, and is logged."""
+        now = time.monotonic()
+        if now - self._keys_checked_at < 1.0:
+            return
+        self._keys_checked_at = now
+        try:
+            await self.reload_keys()
+        except StoreUnavailableError as exc:
+            log.warning("reloading signing keys failed; publishing the old set (%s)", exc)
+        except Exception:
+            log.exception("reloading signing keys failed; publishing the old set")
 
     async def _watch_keys(self) -> None:
         while True:
@@ -610,6 +625,9 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     mount(app, service, jsonrpc_path="/v1/rpc", rest_prefix="/v1", jwks=False)
 
     async def jwks(request: web.Request) -> web.Response:
+        # The keys as stored (read at most once a second): another replica may sign with
+        # a key rotated in before this one's next periodic reload.
+        await gw.fresh_keys()
         return web.json_response(gw.notifier.jwks(), headers={"Cache-Control": "max-age=60"})
 
     app.router.add_get("/.well-known/jwks.json", jwks)
