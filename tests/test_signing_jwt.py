@@ -405,3 +405,25 @@ def test_jwks_without_a_keys_list_is_refused(keyset: KeySet) -> None:
 def test_jwk_with_broken_key_material_is_refused(keyset: KeySet) -> None:
     jwk = {**keyset.active.public_jwk(), "x": b64url(b"short")}
     assert reason_for(sign_default(keyset), keyset, jwks={"keys": [jwk]}) == "invalid_jwks"
+
+
+def test_an_integer_claim_too_large_for_a_time_is_malformed(keyset: KeySet) -> None:
+    # isfinite() raises on it: the verifier must refuse it, not crash (a sender holding
+    # the key could send it).
+    for claim in ("exp", "iat", "nbf"):
+        token = sign_claims(keyset, valid_claims(**{claim: 10**400}))
+        assert reason_for(token, keyset) == "malformed", claim
+
+
+def test_an_oversized_token_is_refused_before_it_is_parsed(keyset: KeySet) -> None:
+    with pytest.raises(JWTVerificationError) as caught:
+        verify("." * 10_000_000, keyset)
+    assert caught.value.reason == "malformed" and "at most 32,768" in str(caught.value)
+
+
+def test_a_long_unknown_kid_is_cut_short_in_the_message(keyset: KeySet) -> None:
+    token = sign_claims(keyset, valid_claims(), kid="k" * 5_000)
+    with pytest.raises(JWTVerificationError) as caught:
+        verify(token, keyset)
+    assert caught.value.reason == "unknown_kid"
+    assert len(str(caught.value)) < 300 and "5,000 characters" in str(caught.value)

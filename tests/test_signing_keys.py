@@ -314,6 +314,22 @@ def test_corrupt_metadata_raises_key_store_error(tmp_path: Path) -> None:
         KeySet.load_or_create(tmp_path)
 
 
+def test_metadata_nested_too_deep_raises_key_store_error(tmp_path: Path) -> None:
+    KeySet.load_or_create(tmp_path)
+    (tmp_path / "keys.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(KeyStoreError, match=r"keys\.json"):
+        KeySet.load_or_create(tmp_path)
+
+
+def test_metadata_of_a_newer_version_is_refused_not_misread(tmp_path: Path) -> None:
+    KeySet.load_or_create(tmp_path)
+    document = json.loads((tmp_path / "keys.json").read_text())
+    document["version"] = 99
+    (tmp_path / "keys.json").write_text(json.dumps(document))
+    with pytest.raises(KeyStoreError, match=r"version 99.*upgrade a2a-push"):
+        KeySet.load_or_create(tmp_path)
+
+
 def test_metadata_cannot_point_outside_the_directory(tmp_path: Path) -> None:
     KeySet.load_or_create(tmp_path)
     metadata = tmp_path / "keys.json"

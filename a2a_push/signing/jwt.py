@@ -35,6 +35,9 @@ _PUBLIC_MEMBERS: Final[Mapping[str, tuple[str, ...]]] = {
     "RSA": ("n", "e"),
 }
 _REQUIRED_CLAIMS: Final = ("iat", "exp", "jti", "request_body_sha256")
+# Longer tokens are refused before they are split or decoded: ours are under 2 KB, and
+# this leaves room for a 4 KiB header, a 16 KiB payload and an RSA-8192 signature.
+MAX_TOKEN_CHARS: Final = 32_768
 
 
 class JWTVerificationError(A2APushError):
@@ -147,7 +150,11 @@ def verify_webhook_jwt(
     # Parsed by hand, once (RFC 7515 compact serialization): a receiver verifies every
     # webhook, and a general JWT library spends longer parsing than the signature check
     # takes. Independent JOSE implementations check the same tokens in the tests.
-    parts = token.split(".") if isinstance(token, str) else []
+    if isinstance(token, str) and len(token) > MAX_TOKEN_CHARS:
+        raise JWTVerificationError(
+            "malformed", f"the token is {len(token):,} characters (at most {MAX_TOKEN_CHARS:,})"
+        )
+    parts = token.split(".", 3) if isinstance(token, str) else []
     if len(parts) != 3 or not all(_B64URL.fullmatch(p) for p in parts):
         raise JWTVerificationError("malformed", "not a compact JWS (three base64url parts)")
     header_b64, payload_b64, signature_b64 = parts
@@ -247,7 +254,7 @@ def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
         raise JWTVerificationError("invalid_jwks", "the JWK Set has no 'keys' list")
     matches = [e for e in entries if isinstance(e, Mapping) and e.get("kid") == kid]
     if not matches:
-        raise JWTVerificationError("unknown_kid", f"no key with kid {kid!r} in the JWK Set")
+        raise JWTVerificationError("unknown_kid", f"no key with kid {_shown(kid)} in the JWK Set")
     for jwk in matches:
         if jwk.get("kty") != _KTY_FOR_ALG[alg]:
             continue
@@ -256,12 +263,14 @@ def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
         kty = _KTY_FOR_ALG[alg]
         members = tuple(jwk.get(name) for name in _PUBLIC_MEMBERS[kty])
         if not all(isinstance(value, str) for value in members):
-            raise JWTVerificationError("invalid_jwks", f"key {kid!r} lacks its public members")
+            raise JWTVerificationError(
+                "invalid_jwks", f"key {_shown(kid)} lacks its public members"
+            )
         try:
             return _public_key(kty, members)
         except ValueError as exc:
             raise JWTVerificationError("invalid_jwks", str(exc)) from exc
-    raise JWTVerificationError("bad_algorithm", f"key {kid!r} is not a {alg} signing key")
+    raise JWTVerificationError("bad_algorithm", f"key {_shown(kid)} is not a {alg} signing key")
 
 
 @functools.lru_cache(maxsize=128)
@@ -272,9 +281,19 @@ def _public_key(kty: str, members: tuple[str, ...]) -> PublicKey:
     )
 
 
+def _shown(kid: str) -> str:
+    """A kid as error messages show it (a long one cut short: it came from the sender)."""
+    return repr(kid) if len(kid) <= 64 else repr(kid[:64]) + f"... ({len(kid):,} characters)"
+
+
 def _is_number(value: object) -> bool:
     # json.loads accepts NaN and Infinity; an exp of Infinity must not mean "never expires".
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    # An integer too large for a float is no time either (isfinite would raise on it).
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) < 2**53
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _check_claims(

@@ -477,10 +477,21 @@ def _load(directory: Path, grace_period: float) -> KeySet:
     advice = f"restore {METADATA_FILE} from a backup, or move the directory away to start anew"
     try:
         document = json.loads(metadata_path.read_bytes())
+    except RecursionError as exc:  # nested past the parser's depth: not ours
+        raise KeyStoreError(
+            f"cannot read key metadata (nested too deep); {advice}", metadata_path
+        ) from exc
     except (OSError, ValueError) as exc:
         raise KeyStoreError(f"cannot read key metadata ({exc}); {advice}", metadata_path) from exc
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
         raise KeyStoreError(f"key metadata has no 'keys' list; {advice}", metadata_path)
+    version = document.get("version", _METADATA_VERSION)
+    if type(version) is not int or version > _METADATA_VERSION:
+        raise KeyStoreError(
+            f"key metadata is version {version!r}, and this a2a-push reads version "
+            f"{_METADATA_VERSION} and older: upgrade a2a-push (a newer one wrote it)",
+            metadata_path,
+        )
     active_kid = document.get("active")
     keys = [_load_entry(directory, entry) for entry in document["keys"]]
     try:

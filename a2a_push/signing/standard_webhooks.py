@@ -84,7 +84,8 @@ def verify(
     check_raw_body(body, "standard_webhooks.verify")
     key = _secret_key(secret)
     if isinstance(timestamp, bool) or not (
-        isinstance(timestamp, int) or (timestamp.isascii() and timestamp.isdigit())
+        isinstance(timestamp, int)
+        or (len(timestamp) <= 12 and timestamp.isascii() and timestamp.isdigit())
     ):
         raise StandardWebhooksVerificationError(
             "bad_timestamp", f"timestamp {timestamp!r} is not unix seconds"
