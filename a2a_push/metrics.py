@@ -1,7 +1,8 @@
 """Prometheus metrics (DESIGN.md "Operations") and the aiohttp route that exposes them.
 
-Each notifier owns a registry, so several notifiers (or tests) in one process never
-collide; pass one registry to several components to expose them together.
+Each notifier owns a registry (its own ``Metrics``), so several notifiers (or tests) in
+one process never collide; serve each on a path of its own. One ``Metrics`` must not be
+shared by two notifiers: their queue gauges would overwrite each other's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ from prometheus_client import (
 )
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15)
+# Enqueue to 2xx, retries included: the default schedule waits about 5 s, 5 min, 30 min,
+# 2 h, 5 h, 10 h and 10 h, so the buckets follow it out to a day.
+_DELIVERY_BUCKETS = (*_LATENCY_BUCKETS, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 86400)
+
+# Every value each label can take, so that every series exists (at 0) from the start: an
+# alert on the rate of dead letters sees 0 before the first one, not "no data".
+DELIVERY_OUTCOMES = ("delivered", "retry", "dead", "gone", "deferred")
+ATTEMPT_RESULTS = ("2xx", "3xx", "4xx", "5xx", "timeout", "connect_error", "refused")
+DISABLE_REASONS = ("gone", "failing")
+EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate")
+BREAKER_STATES = ("open", "half_open")
 
 
 class Metrics:
@@ -62,7 +74,7 @@ class Metrics:
         self.end_to_end_latency = Histogram(
             "a2a_push_delivery_latency_seconds",
             "From enqueue to a 2xx from the receiver",
-            buckets=(*_LATENCY_BUCKETS, 60, 300, 3600),
+            buckets=_DELIVERY_BUCKETS,
             registry=r,
         )
         self.queue_depth = Gauge(
@@ -94,6 +106,15 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        for labelled, values in (
+            (self.events_published, EVENT_KINDS),
+            (self.deliveries, DELIVERY_OUTCOMES),
+            (self.attempts, ATTEMPT_RESULTS),
+            (self.configs_disabled, DISABLE_REASONS),
+            (self.breakers, BREAKER_STATES),
+        ):
+            for value in values:
+                labelled.labels(value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -687,7 +687,7 @@ class PushNotifier:
         A notifier not running keeps the last values."""
         if not self._started:
             return
-        stats = await self.store.stats()
+        stats = await self.store.stats(count_delivered=False)
         m = self.metrics
         m.queue_depth.set(stats.pending)
         m.queue_due.set(stats.due)

@@ -1253,6 +1253,11 @@ async def test_metrics_route(
     assert 'a2a_push_attempts_total{result="2xx"} 1.0' in text
     assert "a2a_push_queue_depth 0.0" in text
     assert "a2a_push_attempt_duration_seconds_bucket" in text
+    # Series that saw nothing yet are there, at 0: an alert on them sees 0, not no data.
+    assert 'a2a_push_deliveries_total{outcome="dead"} 0.0' in text
+    assert 'a2a_push_attempts_total{result="timeout"} 0.0' in text
+    assert 'a2a_push_configs_disabled_total{reason="gone"} 0.0' in text
+    assert 'a2a_push_delivery_latency_seconds_bucket{le="86400.0"} 1.0' in text
 
 
 async def test_metrics_gauges_show_a_backlog_and_an_open_breaker(

@@ -709,6 +709,30 @@ async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
     assert stats.pending == 1 and stats.dead == 0 and stats.delivered == 0
 
 
+async def test_stats_can_leave_the_delivered_count_out(store: Store) -> None:
+    # The metrics scrape and the health check: every other count, not the delivered one
+    # (it reads every retained delivered row).
+    await store.put_config(config(id="a"))
+    for _ in range(3):
+        await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.complete([done(d)], now=NOW)
+    full = await store.stats(now=NOW)
+    queue = await store.stats(now=NOW, count_delivered=False)
+    assert full.delivered == 1 and queue.delivered is None
+    assert (
+        (queue.pending, queue.due, queue.leased, queue.dead)
+        == (
+            full.pending,
+            full.due,
+            full.leased,
+            full.dead,
+        )
+        == (2, 1, 0, 0)
+    )
+    assert queue.oldest_pending_created_at == full.oldest_pending_created_at
+
+
 async def test_configs_of_tasks_finished_long_ago_are_purged_once_settled(store: Store) -> None:
     """The retention of push configs: a task whose final event is older than the cut-off
     loses its configs and counter, unless a delivery is pending or dead (a dead letter

@@ -601,7 +601,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
     async def healthz(request: web.Request) -> web.Response:
         try:
-            await gw.notifier.store.stats()
+            await gw.notifier.store.stats(count_delivered=False)
         except Exception as exc:
             return _error(503, "unavailable", f"the database does not answer: {type(exc).__name__}")
         return web.json_response({"status": "ok"})

@@ -121,7 +121,7 @@ class OutboxStats:
     due: int
     leased: int
     dead: int
-    delivered: int
+    delivered: int | None  # None: not counted (see Outbox.stats)
     oldest_pending_created_at: float | None
 
 
@@ -331,7 +331,10 @@ class Outbox(abc.ABC):
         lanes to ``exclude_endpoints`` (those a claim would skip)."""
 
     @abc.abstractmethod
-    async def stats(self, *, now: float | None = None) -> OutboxStats: ...
+    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
+        """Counts of the outbox. ``count_delivered=False`` leaves out the delivered
+        count (``delivered`` is None): it reads every retained delivered row, which the
+        metrics scrape and the health check have no use for."""
 
 
 class Store(ConfigStore, Outbox, abc.ABC):

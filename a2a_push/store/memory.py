@@ -500,7 +500,7 @@ class MemoryStore(Store):
         ]
         return min(times) if times else None
 
-    async def stats(self, *, now: float | None = None) -> OutboxStats:
+    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         now = time.time() if now is None else now
         pending = [d for d in self._deliveries.values() if d.state is DeliveryState.PENDING]
         leased = sum(1 for lane in self._lanes.values() if lane.lease_until > now)
@@ -516,6 +516,8 @@ class MemoryStore(Store):
             dead=sum(1 for d in self._deliveries.values() if d.state is DeliveryState.DEAD),
             delivered=sum(
                 1 for d in self._deliveries.values() if d.state is DeliveryState.DELIVERED
-            ),
+            )
+            if count_delivered
+            else None,
             oldest_pending_created_at=min((d.created_at for d in pending), default=None),
         )

@@ -826,10 +826,10 @@ class PostgresStore(RowMapping, Store):
             value = await conn.fetchval(_Q["next_due_at"], sorted(exclude_endpoints))
         return time.time() + float(value) if value is not None else None
 
-    async def stats(self, *, now: float | None = None) -> OutboxStats:
+    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         async with self._connection() as conn:
             # Due and leased as of ``now``, or else of the database server's clock.
-            row = await conn.fetchrow(_Q["stats"], now)
+            row = await conn.fetchrow(_Q["stats" if count_delivered else "queue_stats"], now)
         return OutboxStats(
             pending=row["pending"],
             due=row["due"],

@@ -476,9 +476,9 @@ class SQLiteStore(RowMapping, Store):
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
 
-    async def stats(self, *, now: float | None = None) -> OutboxStats:
+    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         at = time.time() if now is None else now
-        rows = await self._read(_Q["stats"], {"now": at})
+        rows = await self._read(_Q["stats" if count_delivered else "queue_stats"], {"now": at})
         pending, due, leased, dead, delivered, oldest = rows[0]
         return OutboxStats(
             pending=pending,

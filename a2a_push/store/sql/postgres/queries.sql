@@ -339,6 +339,21 @@ SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'delivered') AS delivered,
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
 
+-- name: queue_stats
+-- stats without the delivered count (every retained delivered row: metrics scrapes and
+-- health checks do not need it).
+WITH clock AS (
+    SELECT coalesce($1::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+)
+SELECT
+    (SELECT count(*) FROM deliveries WHERE state = 'pending') AS pending,
+    (SELECT count(*) FROM lanes WHERE due_at <= (SELECT now FROM clock)) AS due,
+    (SELECT count(*) FROM lanes
+     WHERE lease_owner IS NOT NULL AND due_at > (SELECT now FROM clock)) AS leased,
+    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
+    NULL::bigint AS delivered,
+    (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
+
 -- name: get_idempotency_key
 -- Unless it has expired (first seen before $2), whether or not the purge has run.
 SELECT seq, ids FROM idempotency_keys WHERE key = $1 AND created_at >= $2;

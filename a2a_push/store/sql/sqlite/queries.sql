@@ -249,6 +249,17 @@ SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'delivered'),
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
 
+-- name: queue_stats
+-- stats without the delivered count (every retained delivered row: metrics scrapes and
+-- health checks do not need it).
+SELECT
+    (SELECT count(*) FROM deliveries WHERE state = 'pending'),
+    (SELECT count(*) FROM lanes WHERE due_at <= :now),
+    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > :now),
+    (SELECT count(*) FROM deliveries WHERE state = 'dead'),
+    NULL,
+    (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
+
 -- name: get_idempotency_key
 -- Unless it has expired (first seen before ?2), whether or not the purge has run.
 SELECT seq, ids FROM idempotency_keys WHERE key = ?1 AND created_at >= ?2;
