@@ -32,6 +32,7 @@ import itertools
 import logging
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -857,10 +858,30 @@ def main() -> int:
     except (LookupError, UnicodeEncodeError):
         if isinstance(sys.stdout, io.TextIOWrapper):
             sys.stdout.reconfigure(errors="replace")
+    stopped_by: list[signal.Signals] = []
     try:
-        return asyncio.run(run_demo())
+        return asyncio.run(_run_until_signalled(stopped_by))
     except KeyboardInterrupt:
         return 130
+    except asyncio.CancelledError:  # SIGTERM or SIGHUP: cleaned up as for Ctrl-C
+        return 128 + stopped_by[0] if stopped_by else 1
+
+
+async def _run_until_signalled(stopped_by: list[signal.Signals]) -> int:
+    """The demo, stopped by SIGTERM or SIGHUP (``kill``, ``timeout``, a closed terminal)
+    as by Ctrl-C: cancelled, so it stops the receiver it started and deletes its
+    temporary folder (keys included) on the way out."""
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+
+    def stop(sig: signal.Signals) -> None:
+        stopped_by.append(sig)
+        main_task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop, sig)
+    return await run_demo()
 
 
 if __name__ == "__main__":

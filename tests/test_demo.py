@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -395,3 +396,47 @@ def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
         "a2a_push.webhooks: webhook to x dead-lettered",
         "a2a_push.delivery: something else",
     ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_demo_stopped_by_a_signal_stops_its_receiver_and_removes_its_folder(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    # `kill`, `timeout` or a closed terminal, as Ctrl-C: no receiver left listening, and
+    # no temporary folder (it holds private signing keys) left on disk.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "examples.demo"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8", "TMPDIR": str(tmp_path)},
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # until the receiver runs, in part 2
+            if "a separate process on" in line:
+                break
+        else:
+            pytest.fail("the demo ended before part 2 started its receiver")
+        proc.send_signal(sig)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig
+    assert list(tmp_path.iterdir()) == []
+    left = [
+        cmdline
+        for cmdline in (_cmdline(p) for p in Path("/proc").iterdir() if p.name.isdigit())
+        if str(tmp_path) in cmdline
+    ]
+    assert left == []
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile, or not ours to read
+        return ""
