@@ -165,7 +165,19 @@ class PushNotifier:
             transport.timeouts if transport is not None else timeouts or Timeouts(),
         )
         # The connection pool must fit the dispatcher's caps: a request waiting for a
-        # pooled connection spends its total timeout waiting.
+        # pooled connection spends its total timeout waiting (and fails, and counts
+        # against a healthy endpoint's breaker).
+        if transport is not None and (
+            transport.limit < dispatcher.concurrency
+            or transport.limit_per_host < dispatcher.per_endpoint
+        ):
+            raise ValueError(
+                f"transport= has room for {transport.limit} connections "
+                f"({transport.limit_per_host} per host), fewer than the dispatcher sends at "
+                f"once ({dispatcher.concurrency}, {dispatcher.per_endpoint} per endpoint): "
+                f"give Transport(..., limit={dispatcher.concurrency}, "
+                f"limit_per_host={dispatcher.per_endpoint}), or lower DispatcherOptions"
+            )
         self.transport = transport or Transport(
             self.address_policy,
             timeouts or Timeouts(),
@@ -238,6 +250,12 @@ class PushNotifier:
             raise NotifierNotStartedError(
                 "this PushNotifier was stopped and cannot be started again (its store is "
                 "closed): make a new one, e.g. with PushNotifier.open(...)"
+            )
+        if not self._owns_transport and not self.transport.started:
+            raise NotifierNotStartedError(
+                "the Transport given as transport= is not started: the notifier neither "
+                "starts nor closes a transport it was given, so `await transport.start()` "
+                "(or `async with transport:`) before starting the notifier"
             )
         await self.store.open()
         self._loop = loop

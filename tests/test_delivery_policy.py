@@ -230,3 +230,17 @@ def test_an_epoch_time_given_as_a_breakers_now_is_refused() -> None:
     with pytest.raises(ValueError, match=r"time\.monotonic\(\)"):
         h.admit("http://x:80", time.time())
     assert h.admit("http://x:80", time.monotonic() + 61) is None  # the probe
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Mon, 01 Jan 99999999999 00:00:00 GMT",  # a year datetime cannot hold
+        "Mon, 01 Jan 2026 99999999999:00:00 GMT",
+        "Mon, 01 Jan 2026 00:00:00 +99999999999",
+    ],
+)
+def test_a_retry_after_date_beyond_what_datetime_holds_is_ignored(value: str) -> None:
+    # It raised OverflowError, and the delivery was dead-lettered as an internal error
+    # instead of retried on the schedule.
+    assert parse_retry_after({"Retry-After": value}, now=0) is None

@@ -18,6 +18,7 @@ from a2a_push.cli import main as cli_main
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts, Transport
+from a2a_push.errors import NotifierNotStartedError
 from a2a_push.ids import new_delivery_id
 from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.types import (
@@ -332,3 +333,27 @@ def _reopen(store: Store) -> Store:
 
     assert isinstance(store, PostgresStore)
     return PostgresStore(store.dsn, schema=store.schema)
+
+
+async def test_a_given_transport_must_be_started_and_have_room_for_the_dispatcher(
+    tmp_path: Path,
+) -> None:
+    # Not started: every delivery was dead-lettered "after 0 attempts" (RuntimeError).
+    transport = Transport(LOOPBACK, Timeouts())
+    notifier = PushNotifier(SQLiteStore(tmp_path / "a.db"), issuer=ISSUER, transport=transport)
+    with pytest.raises(NotifierNotStartedError, match=r"await transport\.start\(\)"):
+        await notifier.start()
+    # A pool smaller than the dispatcher's caps: requests waited for a connection until
+    # they timed out, and opened a healthy endpoint's breaker.
+    with pytest.raises(ValueError, match=r"limit_per_host=16"):
+        PushNotifier(
+            SQLiteStore(":memory:"),
+            issuer=ISSUER,
+            transport=Transport(LOOPBACK, Timeouts(), limit_per_host=8),
+        )
+    started = Transport(LOOPBACK, Timeouts())
+    async with (
+        started,
+        PushNotifier(SQLiteStore(tmp_path / "b.db"), issuer=ISSUER, transport=started),
+    ):
+        pass

@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -21,6 +22,7 @@ from a2a_push.delivery.transport import (
     Timeouts,
     Transport,
     TransportError,
+    describe,
 )
 from a2a_push.errors import A2APushError, InvalidConfigError
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_AUTHORIZATION
@@ -379,3 +381,87 @@ def test_timeouts_default_to_the_design_values() -> None:
 def test_timeouts_must_be_positive_and_finite(connect: float, total: float) -> None:
     with pytest.raises(InvalidConfigError, match="positive number of seconds"):
         Timeouts(connect=connect, total=total)
+
+
+# -- hostile or broken answers -----------------------------------------------------------
+
+
+async def test_a_stalled_body_does_not_hold_the_attempt_for_the_total_timeout(
+    server: TestServer,
+) -> None:
+    # The status is in: the body (diagnostics only) gets BODY_READ_SECONDS, so a receiver
+    # that stalls its body does not hold the endpoint's slot for the whole 10 s.
+    policy = AddressPolicy(allow_loopback=True)
+    async with Transport(policy, Timeouts(connect=1.0, total=10.0)) as transport:
+        result = await asyncio.wait_for(
+            transport.post(url_of(server, "/stalled-body"), BODY, HEADERS), 5.0
+        )
+    assert result.status == 200
+    assert result.body == b"partial"
+
+
+async def raw_server(answer: bytes, *, close: bool = True) -> tuple[asyncio.Server, str]:
+    """A server on 127.0.0.1 that reads a request and writes ``answer`` as it is."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        if close:
+            writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    return srv, f"http://127.0.0.1:{port}/services/T0/B0/SECRET-PATH?token=SECRET-QUERY"
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "x-unknown"])
+async def test_an_answer_in_an_encoding_we_cannot_decode_keeps_its_status(
+    loopback_transport: Transport, encoding: str
+) -> None:
+    # The body is never decoded (it only informs): a 200 in brotli must not become a
+    # connection error, retried and in the end dead-lettered.
+    body = b"\x8b\x02\x80not really compressed"
+    answer = (
+        f"HTTP/1.1 200 OK\r\nContent-Encoding: {encoding}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    srv, url = await raw_server(answer)
+    async with srv:
+        result = await loopback_transport.post(url, BODY, HEADERS)
+    assert result.status == 200 and result.body == body
+
+
+async def test_the_request_asks_for_an_answer_body_as_it_is(
+    loopback_transport: Transport, server: TestServer, sink: Sink
+) -> None:
+    await loopback_transport.post(url_of(server, "/hook"), BODY, HEADERS)
+    assert sink.requests[0][1]["Accept-Encoding"] == "identity"
+
+
+async def test_an_answer_that_breaks_off_is_described_briefly_without_the_url(
+    loopback_transport: Transport,
+) -> None:
+    # 120 headers of 8 KB, then the connection closes: aiohttp's message would embed
+    # them all (1.9 MB in every log line and last_error); and no message may carry the
+    # URL's secret path or query.
+    headers = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 8000) for i in range(120))
+    srv, url = await raw_server(b"HTTP/1.1 200 OK\r\n" + headers)
+    async with srv:
+        with pytest.raises(ConnectError) as caught:
+            await loopback_transport.post(url, BODY, HEADERS)
+    message = str(caught.value)
+    assert len(message) < 500, message[:600]
+    assert "SECRET" not in message and "aaaa" not in message
+
+
+def test_urls_in_error_details_are_cut_to_their_origin_and_long_details_cut_short() -> None:
+    # aiohttp writes "Can not write request body for <url>" when a pooled connection
+    # closes under a new request (an ordinary keep-alive race).
+    exc = aiohttp.ClientOSError(
+        None, "Can not write request body for https://hooks.example.com:8443/T0/B0/XX?token=s3"
+    )
+    assert describe(exc) == (
+        "ClientOSError: [Errno None] Can not write request body for https://hooks.example.com:8443"
+    )
+    long = describe(ValueError("x" * 5000))
+    assert len(long) < 400 and long.endswith("(5,000 characters)")

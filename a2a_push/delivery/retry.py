@@ -75,13 +75,16 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:
+            # The asctime form and "-0000" come back naive; every HTTP-date is GMT (RFC
+            # 9110), and timestamp() would read a naive one as local time.
+            when = when.replace(tzinfo=UTC)
+        at = when.timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        # OverflowError: a year, hour or offset beyond what datetime holds (the endpoint
+        # chose it): no usable date, so the schedule decides.
         return None
-    if when.tzinfo is None:
-        # The asctime form and "-0000" come back naive; every HTTP-date is GMT (RFC 9110),
-        # and timestamp() would read a naive one as local time.
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return max(0.0, at - (time.time() if now is None else now))
 
 
 class wait_retry_after(wait_base):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +32,14 @@ __all__ = [
 # The response body is kept for diagnostics only; a hostile endpoint must not make us
 # buffer more than this.
 MAX_RESPONSE_BODY_BYTES: Final = 4 * 1024
+# How long the body of an answer may take once its status is in (it only informs).
+BODY_READ_SECONDS: Final = 1.0
+# Error messages (logged, and kept as a delivery's last_error) are cut to this length.
+MAX_ERROR_DETAIL: Final = 300
+# An http(s) URL's path, query and fragment, after its origin (group 1).
+_URL_TAIL: Final = re.compile(r"(https?://[^/?#\s'\"]+)[/?#][^\s'\"]*", re.IGNORECASE)
+# Above any total timeout: aiohttp then never rounds a timeout up to a whole second.
+_NO_ROUNDING: Final = 1e9
 
 # Vetted answers only (the resolver filters before aiohttp caches), so caching is safe.
 DEFAULT_DNS_CACHE_TTL_SECONDS: Final = 10
@@ -107,7 +118,7 @@ class Transport:
         timeouts: Timeouts = Timeouts(),
         *,
         limit: int = 256,
-        limit_per_host: int = 8,
+        limit_per_host: int = 16,
         user_agent: str = "a2a-push/0.1",
         dns_cache_ttl: int = DEFAULT_DNS_CACHE_TTL_SECONDS,
         dns_resolver: AbstractResolver | None = None,
@@ -120,7 +131,11 @@ class Transport:
         self._dns_cache_ttl = dns_cache_ttl
         self._dns_resolver = dns_resolver
         self._client_timeout = aiohttp.ClientTimeout(
-            total=timeouts.total, sock_connect=timeouts.connect
+            total=timeouts.total,
+            sock_connect=timeouts.connect,
+            # aiohttp rounds a timeout of 5 s or more up to a whole second; the lease
+            # arithmetic counts on ``total`` exactly.
+            ceil_threshold=_NO_ROUNDING,
         )
         self._session: aiohttp.ClientSession | None = None
         self._resolver: VettedResolver | None = None
@@ -135,6 +150,21 @@ class Transport:
     def timeouts(self) -> Timeouts:
         """The time limits applied to every request."""
         return self._timeouts
+
+    @property
+    def limit(self) -> int:
+        """Connections open at once, to all hosts."""
+        return self._limit
+
+    @property
+    def limit_per_host(self) -> int:
+        """Connections open at once to one host."""
+        return self._limit_per_host
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran (and :meth:`close` has not)."""
+        return self._session is not None
 
     async def start(self) -> None:
         """Open the session and connection pool (idempotent)."""
@@ -151,7 +181,11 @@ class Transport:
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._client_timeout,
-            headers={"User-Agent": self._user_agent},
+            # The body of an answer is diagnostics only: asked for as it is, and never
+            # decompressed (an encoding we cannot decode, br or zstd, would otherwise
+            # turn an accepted webhook into an error, and a compressed bomb costs memory).
+            headers={"User-Agent": self._user_agent, "Accept-Encoding": "identity"},
+            auto_decompress=False,
             # The caller owns Content-Type; aiohttp would otherwise add octet-stream.
             skip_auto_headers=("Content-Type",),
             # A proxy would be dialled instead of the vetted address, defeating the guard.
@@ -206,7 +240,13 @@ class Transport:
             async with session.post(
                 target, data=body, headers=headers, allow_redirects=False
             ) as response:
-                content = await _read_prefix(response.content, MAX_RESPONSE_BODY_BYTES)
+                # The status is in: the body gets a short while, not the rest of the
+                # total timeout (a body that stalls must not hold the endpoint's slot).
+                chunks: list[bytes] = []
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(BODY_READ_SECONDS, self._timeouts.total)):
+                        await _read_prefix(response.content, MAX_RESPONSE_BODY_BYTES, chunks)
+                content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 return HTTPResult(
                     status=response.status,
                     headers=response.headers,
@@ -225,10 +265,10 @@ class Transport:
             if refused is not None:
                 failure = AddressRefused(f"POST {_origin(target)} refused: {refused.message}")
             else:
-                failure = ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}")
+                failure = ConnectError(f"POST {_origin(target)} failed: {describe(exc)}")
             refused = None
         except OSError as exc:
-            failure = ConnectError(f"POST {_origin(target)} failed: {_describe(exc)}")
+            failure = ConnectError(f"POST {_origin(target)} failed: {describe(exc)}")
         try:
             raise failure
         finally:
@@ -252,10 +292,9 @@ class Transport:
         return f"POST {_origin(target)}: no response in time ({limits})"
 
 
-async def _read_prefix(stream: aiohttp.StreamReader, limit: int) -> bytes:
+async def _read_prefix(stream: aiohttp.StreamReader, limit: int, chunks: list[bytes]) -> None:
     # The status decides the outcome; the body is diagnostics. A body that breaks off or
     # stalls after the status line must not turn an accepted delivery into a retry.
-    chunks: list[bytes] = []
     remaining = limit
     try:
         while remaining > 0:
@@ -266,7 +305,6 @@ async def _read_prefix(stream: aiohttp.StreamReader, limit: int) -> bytes:
             remaining -= len(chunk)
     except (aiohttp.ClientError, TimeoutError):
         pass
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _origin(url: URL) -> str:
@@ -285,8 +323,18 @@ def _unsafe_cause(exc: BaseException) -> UnsafeURLError | None:
     return None
 
 
-def _describe(exc: BaseException) -> str:
-    # ClientResponseError's str() embeds the full URL; its message alone is safe.
-    detail = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+def describe(exc: BaseException) -> str:
+    """``exc`` for a log line or a delivery's ``last_error``: its type and message, with
+    every URL cut to its origin and at most MAX_ERROR_DETAIL characters. The endpoint
+    controls much of what aiohttp puts there: a request URL with its secret path or
+    query ("Can not write request body for <url>"), the raw status line, or every
+    header of a response that broke off."""
     name = type(exc).__name__
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return f"{name}: the server closed the connection before answering in full"
+    # ClientResponseError's str() embeds the full URL; its message alone is the reason.
+    detail = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+    detail = _URL_TAIL.sub(r"\1", str(detail))
+    if len(detail) > MAX_ERROR_DETAIL:
+        detail = detail[:MAX_ERROR_DETAIL] + f"... ({len(detail):,} characters)"
     return f"{name}: {detail}" if detail else name
