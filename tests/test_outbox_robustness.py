@@ -27,7 +27,14 @@ from a2a_push.protocol.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a_push.store import DeliveryFilter, DeliveryState, Outcome, Store, StoredConfig
+from a2a_push.store import (
+    DeliveryFilter,
+    DeliveryState,
+    MemoryStore,
+    Outcome,
+    Store,
+    StoredConfig,
+)
 from a2a_push.store.sqlite import SQLiteStore
 from a2a_push.testing import WebhookSink
 
@@ -224,14 +231,14 @@ def test_the_lease_check_uses_a_given_transports_timeouts() -> None:
     transport = Transport(LOOPBACK, Timeouts(total=60))
     with pytest.raises(ValueError, match="lease_seconds"):
         PushNotifier(
-            SQLiteStore(":memory:"),
+            MemoryStore(),
             issuer=ISSUER,
             transport=transport,
             dispatcher=DispatcherOptions(lease_seconds=70),
         )
     with pytest.raises(ValueError, match="disagree"):
         PushNotifier(
-            SQLiteStore(":memory:"),
+            MemoryStore(),
             issuer=ISSUER,
             transport=transport,
             timeouts=Timeouts(total=5),
@@ -242,18 +249,18 @@ def test_registrations_are_checked_with_a_given_transports_address_policy() -> N
     # Without address_policy=, registrations were checked with the strict default while
     # the transport dialled with its own policy (and two different policies passed).
     transport = Transport(LOOPBACK, Timeouts())
-    notifier = PushNotifier(SQLiteStore(":memory:"), issuer=ISSUER, transport=transport)
+    notifier = PushNotifier(MemoryStore(), issuer=ISSUER, transport=transport)
     assert notifier.address_policy is transport.policy
     same = AddressPolicy(allow_loopback=True)
     assert (
         PushNotifier(
-            SQLiteStore(":memory:"), issuer=ISSUER, transport=transport, address_policy=same
+            MemoryStore(), issuer=ISSUER, transport=transport, address_policy=same
         ).address_policy
         is same
     )
     with pytest.raises(ValueError, match=r"address_policy= .* disagree"):
         PushNotifier(
-            SQLiteStore(":memory:"),
+            MemoryStore(),
             issuer=ISSUER,
             transport=transport,
             address_policy=AddressPolicy(allow=["10.0.0.0/8"]),
@@ -347,7 +354,7 @@ async def test_a_given_transport_must_be_started_and_have_room_for_the_dispatche
     # they timed out, and opened a healthy endpoint's breaker.
     with pytest.raises(ValueError, match=r"limit_per_host=16"):
         PushNotifier(
-            SQLiteStore(":memory:"),
+            MemoryStore(),
             issuer=ISSUER,
             transport=Transport(LOOPBACK, Timeouts(), limit_per_host=8),
         )

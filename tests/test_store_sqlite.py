@@ -648,3 +648,11 @@ async def test_a_write_queued_during_a_catch_up_runs_even_when_close_comes_meanw
     await store.close()
     stored = await asyncio.wait_for(put, 5)
     assert stored.id == "late"
+
+
+@pytest.mark.parametrize("name", [":memory:", ""])
+def test_an_in_memory_name_is_refused_with_the_store_to_use(name: str) -> None:
+    # It used to leave an empty file named ":memory:" in the working directory, then
+    # fail to switch to WAL mode.
+    with pytest.raises(ValueError, match=r"MemoryStore\(\)"):
+        SQLiteStore(name)

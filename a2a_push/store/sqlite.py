@@ -74,6 +74,12 @@ class SQLiteStore(RowMapping, Store):
         *,
         synchronous: Synchronous = "FULL",
     ) -> None:
+        if str(path) in ("", ":memory:"):
+            raise ValueError(
+                f"SQLiteStore({str(path)!r}): give the path of a database file (the outbox "
+                "must survive a restart, and WAL mode needs a file); for a store kept in "
+                "memory use MemoryStore()"
+            )
         self.options = options or StoreOptions()
         self.path = Path(path)
         # Made absolute once, when the file is named: messages name that file even if
