@@ -41,7 +41,7 @@ import traceback
 import uuid
 from base64 import b64encode
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from aiohttp import web
 
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
-from a2a_push.notifier import JWKS_PATH
+from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import (
     A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
@@ -79,7 +79,7 @@ from a2a_push.signing import (
     verify_webhook_jwt,
 )
 from examples.demo_loop import run_loop
-from examples.mock_agent import create_app
+from examples.mock_agent import AGENT, create_app
 
 Out = Callable[[str], object]
 
@@ -150,7 +150,7 @@ class _Style:
         return self._wrap("36", text)
 
 
-_ROW = "{t:>7}  {task:<4}  {who:<6}  {event:<29}  {http:>4}  {check}"
+_ROW = "{t:>7}  {task:<4}  {who:<6}  {event:<29}  {http:>4}  {latency:>8}  {check}"
 
 
 def _state_name(state: TaskState | str) -> str:
@@ -255,6 +255,9 @@ class DemoSink:
         self.jwks: Mapping[str, Any] = {}
         self.issuer = ""
         self.base_url = ""
+        # When the agent wrote a webhook (by its webhook-id) to its outbox, if known:
+        # each row's latency runs from then to the webhook's arrival here.
+        self.queued_at: Callable[[str], Awaitable[float | None]] | None = None
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
@@ -290,17 +293,23 @@ class DemoSink:
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()  # verify these exact bytes; parse only after
-        arrived = self.clock()
+        arrived, now = self.clock(), time.time()
         route = self.routes.get(request.path)
         if route is None:
             return web.Response(status=404)
+        latency = ""
+        queued = None
+        if self.queued_at is not None:
+            queued = await self.queued_at(request.headers.get(HEADER_WEBHOOK_ID, ""))
+        if queued is not None:
+            latency = f"{max(0.0, now - queued) * 1000:,.0f} ms"
         try:
-            return self._receive(route, request.headers, raw, arrived)
+            return self._receive(route, request.headers, raw, arrived, latency)
         finally:
             self._notify()
 
     def _receive(
-        self, route: Route, headers: Mapping[str, str], raw: bytes, arrived: float
+        self, route: Route, headers: Mapping[str, str], raw: bytes, arrived: float, latency: str
     ) -> web.Response:
         route.requests += 1
         webhook_id = headers.get(HEADER_WEBHOOK_ID, "?")
@@ -315,7 +324,7 @@ class DemoSink:
             self._check_binding(route, claims, response)
         except (JWTVerificationError, StandardWebhooksVerificationError, ValueError) as exc:
             route.failures.append(f"rejected {label}: {exc}")
-            self._row(arrived, route, label, 401, self.style.bad(f"✗ FAILED: {exc}"))
+            self._row(arrived, route, label, 401, latency, self.style.bad(f"✗ FAILED: {exc}"))
             return web.Response(status=401)
 
         seq = int(claims["seq"])
@@ -330,10 +339,10 @@ class DemoSink:
         if notes:
             check += self.style.dim(" · " + ", ".join(notes))
         if outage:
-            self._row(arrived, route, label, 503, check)
+            self._row(arrived, route, label, 503, latency, check)
             return web.Response(status=503)
         route.accepted.append(Accepted(label, seq, response.task_id or "", state))
-        self._row(arrived, route, label, 200, check)
+        self._row(arrived, route, label, 200, latency, check)
         return web.Response(status=200)
 
     def _verify(self, route: Route, headers: Mapping[str, str], raw: bytes) -> dict[str, Any]:
@@ -373,7 +382,9 @@ class DemoSink:
         if isinstance(event, TaskArtifactUpdateEvent):
             route.artifact_text = next((p.text for p in event.artifact.parts if p.text), None)
 
-    def _row(self, arrived: float, route: Route, label: str, status: int, check: str) -> None:
+    def _row(
+        self, arrived: float, route: Route, label: str, status: int, latency: str, check: str
+    ) -> None:
         http = str(status)
         if status >= 400:
             http = self.style.warn(http) if status == 503 else self.style.bad(http)
@@ -385,6 +396,7 @@ class DemoSink:
                 who=route.name,
                 event=label,
                 http=http,
+                latency=latency,
                 check=check,
             )
         )
@@ -596,6 +608,16 @@ def _remove(folder: str) -> bool:
     return not Path(folder).exists()
 
 
+def _outbox_clock(notifier: PushNotifier) -> Callable[[str], Awaitable[float | None]]:
+    """When ``notifier`` wrote a webhook (by its webhook-id, the delivery's id)."""
+
+    async def queued_at(webhook_id: str) -> float | None:
+        delivery = await notifier.store.get_delivery(webhook_id) if webhook_id else None
+        return delivery.created_at if delivery is not None else None
+
+    return queued_at
+
+
 async def _run(
     tmp: Path,
     routes: list[Route],
@@ -628,6 +650,7 @@ async def _run(
                 response.raise_for_status()
                 sink.jwks = await response.json()
             sink.issuer = agent_url
+            sink.queued_at = _outbox_clock(app[AGENT].notifier)
             _intro(out, style, tmp, agent_url, sink)
             client = Client(session, agent_url + "/", clock=clock, out=out, style=style)
             by_flow = {(r.flow, r.name): r for r in routes}
@@ -769,8 +792,12 @@ def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -
         f"  retries    the agent's default policy: {default.quick_attempts} quick attempts,"
         f" then {default.describe()}"
     )
+    out("  latency    from the webhook's write to the agent's outbox to its arrival at the sink")
+    out("             (a retry's includes the waits before it)")
     out("")
-    header = _ROW.format(t="time", task="task", who="from", event="event", http="HTTP", check="")
+    header = _ROW.format(
+        t="time", task="task", who="from", event="event", http="HTTP", latency="latency", check=""
+    )
     out(header + "check")
     out("-" * (len(header) + 40))
 

@@ -113,6 +113,8 @@ def test_demo_drives_every_flow_and_verifies_every_webhook(lines: list[str]) -> 
         for row, event in zip(delivered, expected, strict=True):  # in order
             assert event in row, (task, config, row)
         assert rows and all("signature verified ✓" in row for row in rows), (task, config)
+        # each attempt's latency, from the outbox write to the arrival
+        assert all(re.search(r" \d[\d,]* ms  ", row) for row in rows), (task, config, rows)
         _, _, _, webhooks, _, verified, order, final = summary_row(lines, task, config)
         assert webhooks == f"{len(expected)}/{len(expected)}"
         assert verified == "yes ✓" and order.endswith("✓") and final == FINAL[task]
