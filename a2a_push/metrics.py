@@ -39,6 +39,7 @@ class Metrics:
     """The notifier's metrics, all prefixed ``a2a_push_``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.bound = False  # set by the PushNotifier these metrics are for (one at most)
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.events_published = Counter(

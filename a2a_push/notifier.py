@@ -152,7 +152,14 @@ class PushNotifier:
                     "requests by the other; give the policy to the Transport only"
                 )
         self.address_policy = address_policy or AddressPolicy()
+        if metrics is not None and metrics.bound:
+            raise ValueError(
+                "metrics=: this Metrics already serves another PushNotifier, and their "
+                "queue gauges would overwrite each other's: give each notifier its own "
+                "(the default) and serve each on a path of its own"
+            )
         self.metrics = metrics or Metrics()
+        self.metrics.bound = True
         dispatcher = dispatcher or DispatcherOptions()
         if transport is not None and timeouts is not None and transport.timeouts != timeouts:
             raise ValueError(

@@ -1470,3 +1470,13 @@ def test_the_jwks_publishes_a_key_another_process_rotated_in(tmp_path: Path) -> 
     before = n.jwks()["keys"][0]["kid"]
     rotated = other.rotate()
     assert [k["kid"] for k in n.jwks()["keys"]] == [rotated.kid, before]
+
+
+def test_one_metrics_object_serves_one_notifier() -> None:
+    # Shared, the second notifier's queue gauges overwrote the first's at every scrape.
+    from a2a_push.metrics import Metrics
+
+    metrics = Metrics()
+    PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
+    with pytest.raises(ValueError, match="its own"):
+        PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
