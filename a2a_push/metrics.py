@@ -8,7 +8,9 @@ shared by two notifiers: their queue gauges would overwrite each other's.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -39,7 +41,8 @@ class Metrics:
     """The notifier's metrics, all prefixed ``a2a_push_``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.bound = False  # set by the PushNotifier these metrics are for (one at most)
+        # The running PushNotifier these metrics serve (one at a time), if any.
+        self.serving: weakref.ref[Any] | None = None
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.events_published = Counter(

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,14 +153,7 @@ class PushNotifier:
                     "requests by the other; give the policy to the Transport only"
                 )
         self.address_policy = address_policy or AddressPolicy()
-        if metrics is not None and metrics.bound:
-            raise ValueError(
-                "metrics=: this Metrics already serves another PushNotifier, and their "
-                "queue gauges would overwrite each other's: give each notifier its own "
-                "(the default) and serve each on a path of its own"
-            )
         self.metrics = metrics or Metrics()
-        self.metrics.bound = True
         dispatcher = dispatcher or DispatcherOptions()
         if transport is not None and timeouts is not None and transport.timeouts != timeouts:
             raise ValueError(
@@ -174,9 +168,13 @@ class PushNotifier:
         # The connection pool must fit the dispatcher's caps: a request waiting for a
         # pooled connection spends its total timeout waiting (and fails, and counts
         # against a healthy endpoint's breaker).
-        if transport is not None and (
-            transport.limit < dispatcher.concurrency
-            or transport.limit_per_host < dispatcher.per_endpoint
+        if (
+            transport is not None
+            and run_dispatcher
+            and (
+                0 < transport.limit < dispatcher.concurrency  # 0: no limit (aiohttp)
+                or 0 < transport.limit_per_host < dispatcher.per_endpoint
+            )
         ):
             raise ValueError(
                 f"transport= has room for {transport.limit} connections "
@@ -206,6 +204,8 @@ class PushNotifier:
         )
         self._run_dispatcher = run_dispatcher
         self._key_reload_interval = key_reload_interval
+        self._jwks_checked_at = float("-inf")  # time.monotonic() of jwks()'s last reload
+        self._key_reload_failure: str | None = None  # the last one logged
         self._key_watcher: asyncio.Task[None] | None = None
         self.retention = retention if retention is not None else Retention()
         self._janitor: asyncio.Task[None] | None = None
@@ -258,7 +258,13 @@ class PushNotifier:
                 "this PushNotifier was stopped and cannot be started again (its store is "
                 "closed): make a new one, e.g. with PushNotifier.open(...)"
             )
-        if not self._owns_transport and not self.transport.started:
+        if self.metrics.serving is not None and self.metrics.serving() is not None:
+            raise NotifierNotStartedError(
+                "metrics=: this Metrics serves another running PushNotifier, and their "
+                "queue gauges would overwrite each other's: give each notifier its own "
+                "(the default) and serve each on a path of its own, or stop that one first"
+            )
+        if self._run_dispatcher and not self._owns_transport and not self.transport.started:
             raise NotifierNotStartedError(
                 "the Transport given as transport= is not started: the notifier neither "
                 "starts nor closes a transport it was given, so `await transport.start()` "
@@ -283,6 +289,7 @@ class PushNotifier:
             self._janitor = asyncio.create_task(self._purge_old(), name="a2a-push-retention")
         if self.keyset.directory is not None and self._key_reload_interval > 0:
             self._key_watcher = asyncio.create_task(self._watch_keys(), name="a2a-push-keys")
+        self.metrics.serving = weakref.ref(self)
         self._started = True
 
     async def stop(self) -> None:
@@ -295,6 +302,8 @@ class PushNotifier:
             self._check_loop(asyncio.get_running_loop())
         self._started = False
         self._stopped = True
+        if self.metrics.serving is not None and self.metrics.serving() is self:
+            self.metrics.serving = None
         try:
             for background in (self._key_watcher, self._janitor):
                 if background is not None:
@@ -355,11 +364,7 @@ class PushNotifier:
         """Sign with keys rotated by another process (``a2a-push keys rotate``)."""
         while True:
             await asyncio.sleep(self._key_reload_interval)
-            try:
-                if self.keyset.reload():
-                    log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
-            except Exception:
-                log.exception("reloading the signing keys failed; still using the old set")
+            self._reload_keys()
 
     def _require_started(self) -> None:
         if not self._started and self._stopped:
@@ -663,15 +668,30 @@ class PushNotifier:
     def jwks(self) -> dict[str, Any]:
         """The public keys receivers verify our JWTs with (serve at /.well-known/jwks.json).
 
-        Read afresh from the key folder when another process rotated the keys (one
-        ``stat`` when nothing changed): a process that has already picked up a new key
-        signs with it, and a receiver fetching the set from any process must find it."""
-        try:
-            if self.keyset.reload():
-                log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
-        except Exception:
-            log.exception("reloading the signing keys failed; publishing the old set")
+        With key reloading on (``key_reload_interval`` > 0), read afresh from the key
+        folder when another process rotated the keys, at most once a second and never
+        waiting for the folder's lock: a process that already picked up a new key signs
+        with it, and a receiver fetching the set from this one must find it."""
+        if self._key_reload_interval > 0:
+            now = time.monotonic()
+            if now - self._jwks_checked_at >= 1.0:
+                self._jwks_checked_at = now
+                self._reload_keys(wait=False)
         return self.keyset.jwks()
+
+    def _reload_keys(self, *, wait: bool = True) -> None:
+        """Adopt keys another process rotated in; a failure is logged once per cause (a
+        corrupt keys.json would otherwise log at every JWKS request), and the set in
+        memory stays in use."""
+        try:
+            if self.keyset.reload(wait=wait):
+                log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
+            self._key_reload_failure = None
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+            if cause != self._key_reload_failure:
+                self._key_reload_failure = cause
+                log.exception("reloading the signing keys failed; still using the old set")
 
     async def dead_letters(self, *, task_id: str | None = None, limit: int = 100) -> list[Delivery]:
         self._require_started()

@@ -27,6 +27,7 @@ strictly increasing per config), and part 2 lost nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import logging
@@ -906,8 +907,11 @@ async def _run_until_signalled(stopped_by: list[signal.Signals]) -> int:
         stopped_by.append(sig)
         main_task.cancel()
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop, sig)
+    for name in ("SIGTERM", "SIGHUP"):  # (Windows has no SIGHUP, nor signal handlers)
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop, sig)
     return await run_demo()
 
 

@@ -1461,22 +1461,52 @@ def test_the_jwks_publishes_a_key_another_process_rotated_in(tmp_path: Path) -> 
     from a2a_push.signing import KeySet
 
     other = KeySet.load_or_create(tmp_path / "keys")
-    n = PushNotifier(
-        MemoryStore(),
-        issuer=ISSUER,
-        keyset=KeySet.load_or_create(tmp_path / "keys"),
-        key_reload_interval=3600,
-    )
-    before = n.jwks()["keys"][0]["kid"]
+
+    def notifier(reload_interval: float) -> PushNotifier:
+        keys = KeySet.load_or_create(tmp_path / "keys")
+        return PushNotifier(
+            MemoryStore(), issuer=ISSUER, keyset=keys, key_reload_interval=reload_interval
+        )
+
+    n, fixed = notifier(3600), notifier(0)
+    before = n.keyset.active.kid
     rotated = other.rotate()
     assert [k["kid"] for k in n.jwks()["keys"]] == [rotated.kid, before]
+    # key_reload_interval=0 turns reloading off, for the JWKS too.
+    assert [k["kid"] for k in fixed.jwks()["keys"]] == [before]
 
 
-def test_one_metrics_object_serves_one_notifier() -> None:
+def test_the_jwks_never_waits_for_the_key_folder_lock(tmp_path: Path) -> None:
+    # Another process holding the lock (rotating): the JWKS answers with the set in
+    # memory at once, with the event loop's thread never blocked on the lock.
+    import fcntl
+    import os
+
+    from a2a_push.signing import KeySet
+
+    other = KeySet.load_or_create(tmp_path / "keys")
+    n = PushNotifier(MemoryStore(), issuer=ISSUER, keyset=KeySet.load_or_create(tmp_path / "keys"))
+    before = n.keyset.active.kid
+    other.rotate()
+    fd = os.open(tmp_path / "keys" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert [k["kid"] for k in n.jwks()["keys"]] == [before]
+    finally:
+        os.close(fd)
+
+
+async def test_one_metrics_object_serves_one_running_notifier() -> None:
     # Shared, the second notifier's queue gauges overwrote the first's at every scrape.
+    # A notifier made anew after the first one stopped may take them over.
+    from a2a_push.errors import NotifierNotStartedError
     from a2a_push.metrics import Metrics
 
     metrics = Metrics()
-    PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
-    with pytest.raises(ValueError, match="its own"):
-        PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
+    first = PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
+    second = PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics)
+    async with first:
+        with pytest.raises(NotifierNotStartedError, match="its own"):
+            await second.start()
+    async with PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics):
+        pass

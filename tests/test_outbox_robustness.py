@@ -358,6 +358,10 @@ async def test_a_given_transport_must_be_started_and_have_room_for_the_dispatche
             issuer=ISSUER,
             transport=Transport(LOOPBACK, Timeouts(), limit_per_host=8),
         )
+    # aiohttp's 0 means no limit: room enough.
+    PushNotifier(
+        MemoryStore(), issuer=ISSUER, transport=Transport(LOOPBACK, limit=0, limit_per_host=0)
+    )
     started = Transport(LOOPBACK, Timeouts())
     async with (
         started,

@@ -463,5 +463,12 @@ def test_urls_in_error_details_are_cut_to_their_origin_and_long_details_cut_shor
     assert describe(exc) == (
         "ClientOSError: [Errno None] Can not write request body for https://hooks.example.com:8443"
     )
+    for given, shown in [
+        ("to <https://h.example/s3cret> failed", "to <https://h.example> failed"),
+        ("(http://user:pw@h.example:81/x?t=1)", "(http://h.example:81)"),
+        ("HTTPS://H.EXAMPLE;jsessionid=S3CRET", "HTTPS://H.EXAMPLE"),
+        ("'http://[2001:db8::1]:8443/hook?token=x'", "'http://[2001:db8::1]:8443'"),
+    ]:
+        assert describe(OSError(given)) == f"OSError: {shown}"
     long = describe(ValueError("x" * 5000))
     assert len(long) < 400 and long.endswith("(5,000 characters)")

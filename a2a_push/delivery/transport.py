@@ -36,8 +36,12 @@ MAX_RESPONSE_BODY_BYTES: Final = 4 * 1024
 BODY_READ_SECONDS: Final = 1.0
 # Error messages (logged, and kept as a delivery's last_error) are cut to this length.
 MAX_ERROR_DETAIL: Final = 300
-# An http(s) URL's path, query and fragment, after its origin (group 1).
-_URL_TAIL: Final = re.compile(r"(https?://[^/?#\s'\"]+)[/?#][^\s'\"]*", re.IGNORECASE)
+# An http(s) URL: its scheme (group 1), any user-info, its host and port (group 2), and
+# any path, parameters, query or fragment; it ends at a space, a quote or a bracket.
+_URL: Final = re.compile(
+    r"(https?://)(?:[^/?#\s'\"<>()@]*@)?([^/?#;\s'\"<>()@]*)(?:[/?#;][^\s'\"<>()]*)?",
+    re.IGNORECASE,
+)
 # Above any total timeout: aiohttp then never rounds a timeout up to a whole second.
 _NO_ROUNDING: Final = 1e9
 
@@ -334,7 +338,7 @@ def describe(exc: BaseException) -> str:
         return f"{name}: the server closed the connection before answering in full"
     # ClientResponseError's str() embeds the full URL; its message alone is the reason.
     detail = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
-    detail = _URL_TAIL.sub(r"\1", str(detail))
+    detail = _URL.sub(r"\1\2", str(detail))
     if len(detail) > MAX_ERROR_DETAIL:
         detail = detail[:MAX_ERROR_DETAIL] + f"... ({len(detail):,} characters)"
     return f"{name}: {detail}" if detail else name

@@ -33,6 +33,7 @@ like the SDK's own stores); an unauthenticated caller (empty user name) maps to
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -105,6 +106,10 @@ def owner_from_context(context: ServerCallContext) -> str:
     """The SDK's caller identity (``context.user.user_name``), or :data:`ANONYMOUS_OWNER`."""
     name: str = context.user.user_name
     return name or ANONYMOUS_OWNER
+
+
+# How long a task not found in the task store is not looked for again.
+_LOOK_AGAIN_AFTER = 60.0
 
 
 class _NamedUser(User):
@@ -279,7 +284,8 @@ class A2APushSender(PushNotificationSender):
         # Each task's latest context and status (the most recently active tasks), so
         # that v0.3 configs get the whole task for every event, as PROTOCOL.md says.
         self._known: OrderedDict[str, tuple[str | None, t.TaskStatus]] = OrderedDict()
-        self._not_stored: OrderedDict[str, None] = OrderedDict()  # looked for, not found
+        # Tasks looked for and not found, and when (time.monotonic()).
+        self._not_stored: OrderedDict[str, float] = OrderedDict()
         self._remembered = remembered_tasks
         # The handler's task store: where an artifact update's task status is read when
         # this sender has not seen it (after a restart, or once the task was evicted).
@@ -317,8 +323,11 @@ class A2APushSender(PushNotificationSender):
         The SDK does not say who owns the task, and its stores scope tasks by user: the
         task is looked for as an anonymous caller, then as each owner of its configs
         (taken for the user name, as :func:`owner_from_context` maps them). A task not
-        found is not looked for again until its next status."""
-        if self.task_store is None or task_id in self._not_stored:
+        found is not looked for again for a minute (or until its next status)."""
+        if self.task_store is None:
+            return None, None
+        missed = self._not_stored.get(task_id)
+        if missed is not None and time.monotonic() - missed < _LOOK_AGAIN_AFTER:
             return None, None
         found: a2a_pb2.Task | None = None
         try:
@@ -339,7 +348,8 @@ class A2APushSender(PushNotificationSender):
             )
             return None, None
         if found is None or status is None or not found.context_id:
-            self._not_stored[task_id] = None
+            self._not_stored[task_id] = time.monotonic()
+            self._not_stored.move_to_end(task_id)
             if len(self._not_stored) > self._remembered:
                 self._not_stored.popitem(last=False)
             return None, None

@@ -243,15 +243,21 @@ class KeySet:
                 return key if self._in_grace(key, at) else None
         return None
 
-    def reload(self) -> bool:
+    def reload(self, *, wait: bool = True) -> bool:
         """Pick up changes another process made to the persisted set (``a2a-push keys
-        rotate``): True if the set changed. Cheap when nothing changed (one stat)."""
+        rotate``): True if the set changed. Cheap when nothing changed (one stat).
+
+        ``wait=False``: when another process holds the key folder's lock (rotating,
+        say), return False at once (try again later) instead of waiting for it."""
         if self.directory is None:
             return False
         if _metadata_version(self.directory) == self._seen_version:
             return False
-        with _locked(self.directory):
-            self._adopt(_load(self.directory, self.grace_period))
+        try:
+            with _locked(self.directory, wait=wait):
+                self._adopt(_load(self.directory, self.grace_period))
+        except BlockingIOError:
+            return False
         return True
 
     def _adopt(self, other: KeySet) -> None:
@@ -397,14 +403,15 @@ def _key_file_name(key: SigningKey) -> str:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the directory so processes starting together share one key."""
+def _locked(directory: Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on the directory so processes starting together share one key
+    (``wait=False``: BlockingIOError if another process holds it)."""
     if sys.platform == "win32":  # pragma: no cover - no flock; single-process use only
         yield
         return
     fd = os.open(directory / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield
     finally:
         os.close(fd)

@@ -34,6 +34,12 @@ def is_standard_webhooks_secret(token: str | None) -> bool:
     return token is not None and token.startswith(STANDARD_WEBHOOKS_SECRET_PREFIX)
 
 
+def _shown(value: object) -> str:
+    """A header value as error messages show it (cut short: the sender chose it)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + f"... ({len(text):,} characters)"
+
+
 def _secret_key(secret: str) -> bytes:
     if not is_standard_webhooks_secret(secret):
         raise InvalidConfigError(
@@ -88,7 +94,7 @@ def verify(
         or (len(timestamp) <= 12 and timestamp.isascii() and timestamp.isdigit())
     ):
         raise StandardWebhooksVerificationError(
-            "bad_timestamp", f"timestamp {timestamp!r} is not unix seconds"
+            "bad_timestamp", f"timestamp {_shown(timestamp)} is not unix seconds"
         )
     ts = int(timestamp)
     current = int(time.time()) if now is None else now
