@@ -17,7 +17,6 @@ pytest.importorskip("a2a.server.request_handlers")
 pytest.importorskip("starlette")
 
 import httpx
-from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2
 from joserfc import jwk as jose_jwk
@@ -27,6 +26,9 @@ from a2a_push.integrations.a2a_sdk import (
     ANONYMOUS_OWNER,
     A2APushConfigStore,
     protocol_version_of,
+)
+from a2a_push.integrations.a2a_sdk import (
+    _NamedUser as NamedUser,
 )
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
@@ -265,19 +267,6 @@ async def test_refused_webhook_url_is_an_invalid_params_error(
         },
     )
     assert reply["error"]["code"] == -32602, reply
-
-
-class NamedUser(User):
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
-
-    @property
-    def user_name(self) -> str:
-        return self._name
 
 
 async def test_config_store_scopes_by_sdk_user_and_dispatch_sees_all_owners(

@@ -829,7 +829,7 @@ class PostgresStore(RowMapping, Store):
     async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         async with self._connection() as conn:
             # Due and leased as of ``now``, or else of the database server's clock.
-            row = await conn.fetchrow(_Q["stats" if count_delivered else "queue_stats"], now)
+            row = await conn.fetchrow(_Q["stats"], now, count_delivered)
         return OutboxStats(
             pending=row["pending"],
             due=row["due"],

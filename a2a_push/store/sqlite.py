@@ -484,7 +484,7 @@ class SQLiteStore(RowMapping, Store):
 
     async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         at = time.time() if now is None else now
-        rows = await self._read(_Q["stats" if count_delivered else "queue_stats"], {"now": at})
+        rows = await self._read(_Q["stats"], {"now": at, "delivered": count_delivered})
         pending, due, leased, dead, delivered, oldest = rows[0]
         return OutboxStats(
             pending=pending,

@@ -326,7 +326,9 @@ SELECT min(due_at) - extract(epoch FROM statement_timestamp())::float8
 FROM lanes WHERE NOT (endpoint = ANY($1::text[]));
 
 -- name: stats
--- $1 now (NULL: the database server's clock).
+-- $1 now (NULL: the database server's clock); $2 whether to count the delivered rows
+-- (every retained one: the metrics scrape and the health check leave it out, and the
+-- subquery then never runs).
 WITH clock AS (
     SELECT coalesce($1::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 )
@@ -336,22 +338,8 @@ SELECT
     (SELECT count(*) FROM lanes
      WHERE lease_owner IS NOT NULL AND due_at > (SELECT now FROM clock)) AS leased,
     (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
-    (SELECT count(*) FROM deliveries WHERE state = 'delivered') AS delivered,
-    (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
-
--- name: queue_stats
--- stats without the delivered count (every retained delivered row: metrics scrapes and
--- health checks do not need it).
-WITH clock AS (
-    SELECT coalesce($1::float8, extract(epoch FROM statement_timestamp())::float8) AS now
-)
-SELECT
-    (SELECT count(*) FROM deliveries WHERE state = 'pending') AS pending,
-    (SELECT count(*) FROM lanes WHERE due_at <= (SELECT now FROM clock)) AS due,
-    (SELECT count(*) FROM lanes
-     WHERE lease_owner IS NOT NULL AND due_at > (SELECT now FROM clock)) AS leased,
-    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
-    NULL::bigint AS delivered,
+    CASE WHEN $2::boolean
+         THEN (SELECT count(*) FROM deliveries WHERE state = 'delivered') END AS delivered,
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
 
 -- name: get_idempotency_key

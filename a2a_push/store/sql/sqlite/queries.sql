@@ -241,23 +241,14 @@ DELETE FROM deliveries WHERE id IN (
 SELECT min(due_at) FROM lanes WHERE endpoint NOT IN (SELECT value FROM json_each(?));
 
 -- name: stats
+-- :delivered: whether to count the delivered rows (every retained one: the metrics scrape
+-- and the health check leave it out, and the subquery then never runs).
 SELECT
     (SELECT count(*) FROM deliveries WHERE state = 'pending'),
     (SELECT count(*) FROM lanes WHERE due_at <= :now),
     (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > :now),
     (SELECT count(*) FROM deliveries WHERE state = 'dead'),
-    (SELECT count(*) FROM deliveries WHERE state = 'delivered'),
-    (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
-
--- name: queue_stats
--- stats without the delivered count (every retained delivered row: metrics scrapes and
--- health checks do not need it).
-SELECT
-    (SELECT count(*) FROM deliveries WHERE state = 'pending'),
-    (SELECT count(*) FROM lanes WHERE due_at <= :now),
-    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > :now),
-    (SELECT count(*) FROM deliveries WHERE state = 'dead'),
-    NULL,
+    CASE WHEN :delivered THEN (SELECT count(*) FROM deliveries WHERE state = 'delivered') END,
     (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
 
 -- name: get_idempotency_key
