@@ -22,7 +22,7 @@ from a2a_push.cli import main as cli_main
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.gateway.client import GatewayClient
 from a2a_push.gateway.settings import GatewaySettingsError, load_gateway_settings
-from a2a_push.protocol.types import TaskState
+from a2a_push.protocol.types import MAX_ID_CHARS, TaskState
 from a2a_push.store.sqlite import SQLiteStore
 from a2a_push.testing import WebhookSink
 
@@ -137,7 +137,9 @@ async def test_ids_a_database_cannot_store_are_refused_not_500(gateway: Gateway)
 
 
 async def test_a_long_task_id_a_config_accepts_also_takes_events(gateway: Gateway) -> None:
-    long_id = "t" * 2000
+    # The same limit on both sides (a config for a task that can take no event, or the
+    # reverse, would be a trap); past it, a clear refusal from both, never a 500.
+    long_id, too_long = "t" * MAX_ID_CHARS, "t" * (MAX_ID_CHARS + 1)
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         created = await rpc(
             session,
@@ -148,6 +150,16 @@ async def test_a_long_task_id_a_config_accepts_also_takes_events(gateway: Gatewa
         assert "result" in created, created
         code, body = await _post_event(session, url, long_id, TaskState.WORKING)
         assert code == 202 and body["deliveries"] == 1
+        refused = await rpc(
+            session,
+            url,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": too_long, "id": "c", "url": sink.url()},
+        )
+        assert refused["error"]["code"] == -32602, refused
+        assert f"at most {MAX_ID_CHARS} characters" in refused["error"]["message"]
+        code, body = await _post_event(session, url, too_long, TaskState.WORKING)
+        assert code == 400 and body["error"] == "invalid_task_id", body
 
 
 async def test_a_refused_event_does_not_become_the_task_status(gateway: Gateway) -> None:

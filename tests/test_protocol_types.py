@@ -520,3 +520,18 @@ def test_scheme_must_be_an_http_token() -> None:
     with pytest.raises(ValidationError, match="scheme"):
         AuthenticationInfo(scheme="")
     assert AuthenticationInfo(scheme="bearer").scheme == "bearer"
+
+
+def test_a_configs_secrets_are_left_out_of_its_repr() -> None:
+    # Error trackers and test failures print models: the token and credentials stay out.
+    config = TaskPushNotificationConfig.model_validate(
+        {
+            "taskId": "t",
+            "url": "https://h.example/hook",
+            "token": "TOKEN-SECRET",
+            "authentication": {"scheme": "Bearer", "credentials": "CREDENTIALS-SECRET"},
+        }
+    )
+    for shown in (repr(config), str(config)):
+        assert "SECRET" not in shown and "h.example" in shown
+    assert config.token == "TOKEN-SECRET"  # still there to be used

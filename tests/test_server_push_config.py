@@ -464,6 +464,13 @@ async def test_without_a_version_v10_method_names_are_served_as_v10(setup: Setup
         ),
         # The wrapper form's inner task must be the one named outside.
         ({"taskId": TASK, "config": {"url": HOOK, "taskId": "other"}}, "config.taskId"),
+        # Ids go to indexed columns (PostgreSQL: -32603 past 2.7 kB), URLs and logs:
+        # bounded, and no control characters (a CR or LF would forge a log line).
+        ({"taskId": TASK, "url": HOOK, "id": "c" * 257}, "id"),
+        ({"taskId": "t" * 3000, "url": HOOK}, "taskId"),
+        ({"taskId": TASK, "url": HOOK, "id": "c1) delivered\n2030-01-01 CRITICAL x"}, "id"),
+        ({"taskId": TASK, "url": HOOK, "tenant": "a\r\nb"}, "tenant"),
+        ({"taskId": TASK, "url": HOOK, "id": "c\u2028d"}, "id"),
     ],
 )
 async def test_invalid_configs_name_the_field_and_store_nothing(

@@ -41,12 +41,13 @@ from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.constants import HEADER_RETRY_AFTER
 from a2a_push.protocol.jsonrpc import A2AError
 from a2a_push.protocol.types import (
+    MAX_ID_CHARS,
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
     TaskStatus,
     TaskStatusUpdateEvent,
-    is_text,
+    is_id,
 )
 from a2a_push.protocol.v03 import task_view
 from a2a_push.server import PushConfigService, mount
@@ -366,9 +367,9 @@ def _unix_time(name: str, text: str) -> float:
 
 
 def valid_task_id(value: str) -> bool:
-    """Text a database can store as an id, by the push-config methods' rule: non-empty,
-    no NUL (PostgreSQL refuses it) and no lone surrogate (not encodable)."""
-    return bool(value) and is_text(value)
+    """An id by the push-config methods' rule (:func:`is_id`): non-empty text a database
+    can store (no NUL, no lone surrogate), at most 256 characters, no control characters."""
+    return is_id(value)
 
 
 def _finite(text: str) -> float:
@@ -440,7 +441,10 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         task_id = request.match_info["task_id"]
         if not valid_task_id(task_id):
             return _error(
-                400, "invalid_task_id", "the task id must be text (no NUL, no lone surrogate)"
+                400,
+                "invalid_task_id",
+                f"the task id must be text of at most {MAX_ID_CHARS} characters (no NUL, "
+                "no control characters, no lone surrogate)",
             )
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")

@@ -228,6 +228,32 @@ def text_field(value: str | None, info: ValidationInfo) -> str | None:
     return check_text(value, to_camel(info.field_name or "value"))
 
 
+# Ids (a task's, a config's, a tenant) longer than this are refused: they are stored
+# in indexed columns (PostgreSQL refuses an index entry over about 2.7 kB), carried in
+# page tokens and URLs, and written to logs.
+MAX_ID_CHARS: Final = 256
+
+
+def is_id(value: str) -> bool:
+    """Whether ``value`` is an id every store, URL and log line can carry: non-empty text
+    (:func:`is_text`) of at most MAX_ID_CHARS characters, none of them a control
+    character (a CR or LF in an id would forge log lines)."""
+    return 0 < len(value) <= MAX_ID_CHARS and is_text(value) and not _CONTROL_CHARS.search(value)
+
+
+def id_field(value: str | None, info: ValidationInfo) -> str | None:
+    """A pydantic field check for an id: :func:`text_field`, at most MAX_ID_CHARS
+    characters, and no control characters."""
+    field = to_camel(info.field_name or "value")
+    check_text(value, field)
+    if value is not None:
+        if len(value) > MAX_ID_CHARS:
+            raise ValueError(f"{field} must be at most {MAX_ID_CHARS} characters")
+        if _CONTROL_CHARS.search(value):
+            raise ValueError(f"{field} must not contain control characters")
+    return value
+
+
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
@@ -462,7 +488,7 @@ class AuthenticationInfo(A2AModel):
     """How the agent authenticates to the webhook: ``Authorization: {scheme} {credentials}``."""
 
     scheme: str
-    credentials: str | None = None
+    credentials: str | None = Field(default=None, repr=False)  # a secret: not in repr/str
 
     @field_validator("scheme")
     @classmethod
@@ -497,7 +523,7 @@ class TaskPushNotificationConfig(A2AModel):
     id: str | None = None
     task_id: str | None = None
     url: str = Field(min_length=1)
-    token: str | None = None
+    token: str | None = Field(default=None, repr=False)  # a secret: not in repr/str
     authentication: AuthenticationInfo | None = None
 
     @field_validator("tenant", "id", "task_id", "token", mode="before")
@@ -510,4 +536,4 @@ class TaskPushNotificationConfig(A2AModel):
     def _no_control_chars(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _reject_control_chars(value, to_camel(info.field_name or "value"))
 
-    _text_only = field_validator("tenant", "id", "task_id")(text_field)
+    _ids = field_validator("tenant", "id", "task_id")(id_field)

@@ -38,6 +38,7 @@ from ..protocol.types import (
     AuthenticationInfo,
     Task,
     TaskPushNotificationConfig,
+    id_field,
     text_field,
 )
 from ..protocol.v03 import config_from_v03, config_to_v03
@@ -155,7 +156,7 @@ class _ConfigRef(A2AModel):
     task_id: StrictStr = Field(min_length=1)
     id: StrictStr = Field(min_length=1)
 
-    _text = field_validator("tenant", "task_id", "id")(text_field)
+    _ids = field_validator("tenant", "task_id", "id")(id_field)
 
 
 class _ListParams(A2AModel):
@@ -166,7 +167,8 @@ class _ListParams(A2AModel):
     page_size: int | None = None
     page_token: StrictStr | None = None
 
-    _text = field_validator("tenant", "task_id", "page_token")(text_field)
+    _ids = field_validator("tenant", "task_id")(id_field)
+    _text = field_validator("page_token")(text_field)
 
     @field_validator("page_size", mode="before")
     @classmethod
@@ -188,7 +190,7 @@ class _V03TaskRef(A2AModel):
     id: StrictStr = Field(min_length=1)
     push_notification_config_id: StrictStr | None = None
 
-    _text = field_validator("id", "push_notification_config_id")(text_field)
+    _ids = field_validator("id", "push_notification_config_id")(id_field)
 
 
 # --------------------------------------------------------------------------- the service
