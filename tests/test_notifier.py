@@ -1510,3 +1510,15 @@ async def test_one_metrics_object_serves_one_running_notifier() -> None:
             await second.start()
     async with PushNotifier(MemoryStore(), issuer=ISSUER, metrics=metrics):
         pass
+
+
+async def test_register_config_checks_a_task_id_given_apart_from_the_config(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # register_config(config, task_id=...): the id did not go through the model's check.
+    n = await make_notifier()
+    for bad in ("t" * 257, "t\nforged log line"):
+        with pytest.raises(InvalidConfigError) as caught:
+            await n.register_config(hook(sink), owner="o", task_id=bad)
+        assert caught.value.field == "taskId"
+    assert await n.store.configs_for_task("t" * 257) == []
