@@ -1522,3 +1522,22 @@ async def test_register_config_checks_a_task_id_given_apart_from_the_config(
             await n.register_config(hook(sink), owner="o", task_id=bad)
         assert caught.value.field == "taskId"
     assert await n.store.configs_for_task("t" * 257) == []
+
+
+async def test_a_late_410_from_the_old_url_does_not_disable_a_moved_config(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # The client re-registers its config at a new URL while a request to the old one is
+    # on the wire; the old URL's 410, arriving after, is about the old URL only.
+    sink.set_default("/old", SinkResponse(410, delay=1.0))
+    n = await make_notifier()
+    await n.register_config(hook(sink, "/old", id="c"), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.SUBMITTED))
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(1, path="/old")
+    await n.register_config(hook(sink, "/new", id="c"), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.COMPLETED))
+    await sink.wait_for(2, path="/new", timeout=15)
+    stored = await n.get_config("t1", "c", "o")
+    assert stored is not None and stored.enabled and stored.url.endswith("/new")
+    assert seqs(sink, "/new") == [2, 3]

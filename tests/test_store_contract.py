@@ -709,6 +709,44 @@ async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
     assert stats.pending == 1 and stats.dead == 0 and stats.delivered == 0
 
 
+async def test_a_late_outcome_from_a_configs_old_url_leaves_its_new_registration_alone(
+    store: Store,
+) -> None:
+    # The client moved its webhook (same config id, new URL) while a request to the old
+    # URL was on the wire: that request's 410 (or its failure clock) is about the old
+    # URL, and must not disable the new registration (which would dead-letter what is
+    # queued for it, and queue nothing more).
+    old = "http://127.0.0.1:9/old"
+    await store.put_config(config(id="a", url=old))
+    await enqueue(store)
+    await enqueue(store)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    await store.put_config(config(id="a", url="http://127.0.0.1:9/new"))
+    await store.complete(
+        [
+            done(
+                d,
+                "dead",
+                status=410,
+                disable_config="receiver answered 410 Gone",
+                config_failing_since=NOW - 100,
+                config_url=old,
+            )
+        ],
+        now=NOW,
+    )
+    moved = await store.get_config("task-1", "a", "alice")
+    assert moved is not None and moved.enabled and moved.failing_since is None
+    (nxt,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert nxt.seq == 2 and nxt.state is DeliveryState.PENDING
+    # From the URL it has now, the same answer does disable it.
+    await store.complete(
+        [done(nxt, "dead", status=410, disable_config="gone", config_url=moved.url)], now=NOW
+    )
+    gone = await store.get_config("task-1", "a", "alice")
+    assert gone is not None and not gone.enabled
+
+
 async def test_stats_can_leave_the_delivered_count_out(store: Store) -> None:
     # The metrics scrape and the health check: every other count, not the delivered one
     # (it reads every retained delivered row).

@@ -608,6 +608,7 @@ class Dispatcher:
             error=error,
             next_attempt_at=now + delay,
             config_failing_since=None if config.failing_since else now,
+            config_url=config.url,
             worker_id=self.worker_id,
         )
         with _bookkeeping():
@@ -670,6 +671,7 @@ class Dispatcher:
             error=error,
             disable_config=disable,
             clear_config_failing=clear_failing,
+            config_url=delivery.config.url if delivery.config is not None else None,
             worker_id=self.worker_id,
         )
         with _bookkeeping():

@@ -105,14 +105,26 @@ class Outcome:
     # endpoint after the taker's (a duplicate, same webhook-id). The config side effects
     # below apply either way (they are facts about the endpoint).
     worker_id: str | None = None
-    # Config side effects, applied in the same transaction.
+    # Config side effects, applied in the same transaction, and only while the config
+    # still has ``config_url`` (when given): a late outcome from the URL a config had
+    # before it was registered again elsewhere must not disable the new registration,
+    # or bring back the old failure clock.
     disable_config: str | None = None  # reason, when the config must be disabled
     config_failing_since: float | None = None
     clear_config_failing: bool = False
+    config_url: str | None = None  # the URL the request went to
     # (And one the store applies by itself: a "dead" outcome that leaves the config with
     # nothing pending stops its failure clock. The clock measures failing without a
     # break in the work: started again weeks later, an old clock would disable the
     # config at its first failed attempt, without a retry.)
+
+
+def has_config_side_effects(o: Outcome) -> bool:
+    return (
+        o.disable_config is not None
+        or o.config_failing_since is not None
+        or (o.clear_config_failing)
+    )
 
 
 @dataclass(frozen=True, slots=True)

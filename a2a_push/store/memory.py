@@ -338,6 +338,8 @@ class MemoryStore(Store):
             applied = self._apply_to_delivery(d, o, now)
         # The config side effects apply either way: they are facts about the endpoint.
         config = self._configs.get(o.config_key)
+        if config is not None and o.config_url is not None and config.url != o.config_url:
+            config = None  # registered again elsewhere since: not about this config now
         if config is not None:
             if o.config_failing_since is not None and config.failing_since is None:
                 config = replace(config, failing_since=o.config_failing_since)

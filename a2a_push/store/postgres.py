@@ -70,6 +70,7 @@ from .base import (
     StoredConfig,
     StoreOptions,
     check_same_version,
+    has_config_side_effects,
 )
 from .paging import check_page_size, decode_page_token, encode_page_token
 from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
@@ -947,6 +948,12 @@ async def _apply_outcome(
             await _advance_lane(conn, o.config_key, o.task_id, now=at)
         if o.kind == "dead" and o.disable_config is None:
             await conn.execute(_Q["clear_config_failing_if_idle"], o.config_key)
+    if not has_config_side_effects(o):
+        return leased
+    if o.config_url is not None:
+        url = await conn.fetchval(_Q["config_url"], o.config_key)
+        if url != o.config_url:
+            return leased  # registered again elsewhere since: not about this config now
     if o.config_failing_since is not None:
         await conn.execute(_Q["set_config_failing_since"], o.config_failing_since, o.config_key)
     if o.clear_config_failing:

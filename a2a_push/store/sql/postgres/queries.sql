@@ -80,6 +80,9 @@ SELECT * FROM configs WHERE key = $1;
 -- name: configs_page
 SELECT * FROM configs WHERE task_id = $1 AND owner = $2 AND id > $3 ORDER BY id LIMIT $4;
 
+-- name: config_url
+SELECT url FROM configs WHERE key = $1;
+
 -- name: enqueue_targets
 -- The disabled configs too: a task whose configs are all disabled still records its end
 -- (record_task_final).

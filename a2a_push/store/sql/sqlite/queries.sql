@@ -42,6 +42,9 @@ SELECT task_id FROM configs WHERE key = ?;
 -- name: delete_config
 DELETE FROM configs WHERE key = ?;
 
+-- name: config_url
+SELECT url FROM configs WHERE key = ?;
+
 -- name: set_config_enabled
 -- Enabling starts the failure clock afresh (failing_since = NULL): an old clock would
 -- disable the config again at its first failed attempt.
