@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -745,6 +746,28 @@ async def test_a_late_outcome_from_a_configs_old_url_leaves_its_new_registration
     )
     gone = await store.get_config("task-1", "a", "alice")
     assert gone is not None and not gone.enabled
+
+
+async def test_a_config_moved_to_another_url_is_tried_there_at_once(store: Store) -> None:
+    # The old URL's backoff (up to 10 h with the default schedule) and retry steps are
+    # not the new URL's: what waits for the config is due now, its steps reset. The
+    # same URL registered again (a client that re-registers each session) keeps them.
+    # (On the real clock: registration takes no ``now``.)
+    base = time.time()
+    await store.put_config(config(id="a", url="http://127.0.0.1:9/old"))
+    for _ in range(2):
+        await store.enqueue("task-1", "statusUpdate", body_for, new_id=ids(), now=base)
+    (d,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=base)
+    await store.complete(
+        [done(d, "retry", status=503, error="HTTP 503", next_attempt_at=base + 36_000)],
+        now=base,
+    )
+    await store.put_config(config(id="a", url="http://127.0.0.1:9/old"))
+    assert await store.claim_due(10, lease_seconds=30, worker_id="w", now=base + 60) == []
+    await store.put_config(config(id="a", url="http://127.0.0.1:9/new"))
+    (again,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=base + 60)
+    assert again.id == d.id and again.rounds == 0 and again.attempts == 1
+    assert again.config is not None and again.config.url.endswith("/new")
 
 
 async def test_stats_can_leave_the_delivered_count_out(store: Store) -> None:

@@ -78,6 +78,8 @@ class MemoryStore(Store):
             old = self._configs[existing_key]
             check_same_version(config, old.protocol_version)
             stored = replace(config, key=existing_key, created_at=old.created_at)
+            if old.url != config.url:
+                self._retry_afresh(existing_key, time.time())
         self._configs[stored.key] = stored
         self._config_index[index] = stored.key
         self._by_task.setdefault(stored.task_id, {})[stored.key] = None
@@ -278,6 +280,18 @@ class MemoryStore(Store):
             self._task_final.setdefault(task_id, now)
         else:
             self._task_final.pop(task_id, None)
+
+    def _retry_afresh(self, config_key: str, now: float) -> None:
+        """A config registered again at another URL: what waits for it is due now, its
+        retry steps reset (the backoff was the old URL's), except what is in flight."""
+        for (key, _task), lane in self._lanes.items():
+            if key != config_key or (lane.lease_owner is not None and lane.lease_until > now):
+                continue
+            for delivery_id in lane.pending:
+                d = self._deliveries[delivery_id]
+                self._deliveries[delivery_id] = replace(
+                    d, next_attempt_at=min(d.next_attempt_at, now), rounds=0
+                )
 
     def _lane_endpoint(self, config_key: str) -> str:
         config = self._configs.get(config_key)

@@ -512,6 +512,9 @@ class PostgresStore(RowMapping, Store):
                     config.disabled_reason,
                 )
                 await conn.execute(_Q["set_lanes_endpoint"], endpoint, key)
+                if found["url"] != config.url:
+                    await conn.execute(_Q["retry_config_afresh"], key, at)
+                    await conn.execute(_Q["config_lanes_due_now"], key, at)
                 stored = config.with_changes(
                     key=key, created_at=found["created_at"], failing_since=None
                 )

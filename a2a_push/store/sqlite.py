@@ -203,6 +203,10 @@ class SQLiteStore(RowMapping, Store):
                 values["key"] = found["key"]
                 conn.execute(_Q["replace_config"], values)
                 conn.execute(_Q["set_lanes_endpoint"], (values["endpoint"], found["key"]))
+                if found["url"] != config.url:
+                    moved = {"key": found["key"], "now": time.time()}
+                    conn.execute(_Q["retry_config_afresh"], moved)
+                    conn.execute(_Q["config_lanes_due_now"], moved)
                 stored = config.with_changes(
                     key=found["key"], created_at=found["created_at"], failing_since=None
                 )

@@ -63,7 +63,18 @@ WHERE key = $1;
 UPDATE lanes SET endpoint = $1 WHERE config_key = $2;
 
 -- name: find_config_key
-SELECT key, created_at, protocol_version FROM configs WHERE task_id = $1 AND owner = $2 AND id = $3;
+SELECT key, created_at, protocol_version, url FROM configs
+WHERE task_id = $1 AND owner = $2 AND id = $3;
+
+-- name: retry_config_afresh
+-- A config registered again at another URL: what waits for it is due now, its retry
+-- steps reset (the backoff was the old URL's), except what is in flight.
+UPDATE deliveries SET next_attempt_at = least(next_attempt_at, $2), rounds = 0
+WHERE config_key = $1 AND state = 'pending'
+  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = $1 AND lease_owner IS NOT NULL);
+
+-- name: config_lanes_due_now
+UPDATE lanes SET due_at = least(due_at, $2) WHERE config_key = $1 AND lease_owner IS NULL;
 
 -- name: count_task_configs
 SELECT count(*) FROM configs WHERE task_id = $1;

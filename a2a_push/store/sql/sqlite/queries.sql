@@ -14,7 +14,18 @@ WHERE key = :key;
 UPDATE lanes SET endpoint = ? WHERE config_key = ?;
 
 -- name: find_config_key
-SELECT key, created_at, protocol_version FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
+SELECT key, created_at, protocol_version, url FROM configs
+WHERE task_id = ? AND owner = ? AND id = ?;
+
+-- name: retry_config_afresh
+-- A config registered again at another URL: what waits for it is due now, its retry
+-- steps reset (the backoff was the old URL's), except what is in flight.
+UPDATE deliveries SET next_attempt_at = min(next_attempt_at, :now), rounds = 0
+WHERE config_key = :key AND state = 'pending'
+  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = :key AND lease_owner IS NOT NULL);
+
+-- name: config_lanes_due_now
+UPDATE lanes SET due_at = min(due_at, :now) WHERE config_key = :key AND lease_owner IS NULL;
 
 -- name: count_task_configs
 SELECT count(*) FROM configs WHERE task_id = ?;
