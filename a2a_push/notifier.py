@@ -35,7 +35,6 @@ from .ids import new_config_id, new_delivery_id, new_key
 from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
 from .protocol.types import (
-    MAX_ID_CHARS,
     Artifact,
     Part,
     PushNotificationEvent,
@@ -45,7 +44,7 @@ from .protocol.types import (
     TaskPushNotificationConfig,
     TaskStatus,
     TaskStatusUpdateEvent,
-    is_id,
+    id_problem,
 )
 from .protocol.v03 import artifact_update_to_v03, status_update_to_v03, task_to_v03
 from .signing import KeySet, WebhookSigner
@@ -541,12 +540,9 @@ class PushNotifier:
             raise InvalidConfigError("taskId", "a push notification config needs a task id")
         if config.task_id and task_id and config.task_id != task_id:
             raise InvalidConfigError("taskId", "does not match the task in the request")
-        if not is_id(target_task):  # (config.task_id was checked by the model already)
-            raise InvalidConfigError(
-                "taskId",
-                f"must be text of at most {MAX_ID_CHARS} characters, with no NUL, control "
-                "character or lone surrogate",
-            )
+        problem = id_problem(target_task)  # (config.task_id was checked by the model)
+        if problem is not None:
+            raise InvalidConfigError("taskId", problem)
         if protocol_version not in (VERSION_1_0, VERSION_0_3):
             raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
         self.address_policy.validate_url(config.url)

@@ -234,23 +234,32 @@ def text_field(value: str | None, info: ValidationInfo) -> str | None:
 MAX_ID_CHARS: Final = 256
 
 
+def id_problem(value: str) -> str | None:
+    """What keeps ``value`` from being an id every store, URL and log line can carry
+    (None: nothing): it must be non-empty text (:func:`is_text`) of at most MAX_ID_CHARS
+    characters, none of them a control character (a CR or LF would forge log lines)."""
+    if not value:
+        return "must not be empty"
+    if not is_text(value):
+        return "must be valid Unicode text (no NUL, no lone surrogate)"
+    if len(value) > MAX_ID_CHARS:
+        return f"must be at most {MAX_ID_CHARS} characters"
+    if _CONTROL_CHARS.search(value):
+        return "must not contain control characters"
+    return None
+
+
 def is_id(value: str) -> bool:
-    """Whether ``value`` is an id every store, URL and log line can carry: non-empty text
-    (:func:`is_text`) of at most MAX_ID_CHARS characters, none of them a control
-    character (a CR or LF in an id would forge log lines)."""
-    return 0 < len(value) <= MAX_ID_CHARS and is_text(value) and not _CONTROL_CHARS.search(value)
+    """Whether ``value`` is an id (see :func:`id_problem`)."""
+    return id_problem(value) is None
 
 
 def id_field(value: str | None, info: ValidationInfo) -> str | None:
-    """A pydantic field check for an id: :func:`text_field`, at most MAX_ID_CHARS
-    characters, and no control characters."""
-    field = to_camel(info.field_name or "value")
-    check_text(value, field)
-    if value is not None:
-        if len(value) > MAX_ID_CHARS:
-            raise ValueError(f"{field} must be at most {MAX_ID_CHARS} characters")
-        if _CONTROL_CHARS.search(value):
-            raise ValueError(f"{field} must not contain control characters")
+    """A pydantic field check for an id (see :func:`id_problem`; unset or empty passes:
+    whether an id is required is the model's to say)."""
+    problem = id_problem(value) if value else None
+    if problem is not None:
+        raise ValueError(f"{to_camel(info.field_name or 'value')} {problem}")
     return value
 
 

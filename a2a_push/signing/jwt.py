@@ -254,7 +254,7 @@ def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
         raise JWTVerificationError("invalid_jwks", "the JWK Set has no 'keys' list")
     matches = [e for e in entries if isinstance(e, Mapping) and e.get("kid") == kid]
     if not matches:
-        raise JWTVerificationError("unknown_kid", f"no key with kid {_shown(kid)} in the JWK Set")
+        raise JWTVerificationError("unknown_kid", f"no key with kid {shown(kid)} in the JWK Set")
     for jwk in matches:
         if jwk.get("kty") != _KTY_FOR_ALG[alg]:
             continue
@@ -263,14 +263,12 @@ def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
         kty = _KTY_FOR_ALG[alg]
         members = tuple(jwk.get(name) for name in _PUBLIC_MEMBERS[kty])
         if not all(isinstance(value, str) for value in members):
-            raise JWTVerificationError(
-                "invalid_jwks", f"key {_shown(kid)} lacks its public members"
-            )
+            raise JWTVerificationError("invalid_jwks", f"key {shown(kid)} lacks its public members")
         try:
             return _public_key(kty, members)
         except ValueError as exc:
             raise JWTVerificationError("invalid_jwks", str(exc)) from exc
-    raise JWTVerificationError("bad_algorithm", f"key {_shown(kid)} is not a {alg} signing key")
+    raise JWTVerificationError("bad_algorithm", f"key {shown(kid)} is not a {alg} signing key")
 
 
 @functools.lru_cache(maxsize=128)
@@ -281,9 +279,12 @@ def _public_key(kty: str, members: tuple[str, ...]) -> PublicKey:
     )
 
 
-def _shown(kid: str) -> str:
-    """A kid as error messages show it (a long one cut short: it came from the sender)."""
-    return repr(kid) if len(kid) <= 64 else repr(kid[:64]) + f"... ({len(kid):,} characters)"
+def shown(value: str, limit: int = 64) -> str:
+    """A value the sender chose (a kid, a header) as error messages show it: quoted, and
+    cut short past ``limit`` characters."""
+    if len(value) <= limit:
+        return repr(value)
+    return repr(value[:limit]) + f"... ({len(value):,} characters)"
 
 
 def _is_number(value: object) -> bool:

@@ -15,7 +15,7 @@ from typing import Final
 
 from a2a_push.errors import A2APushError, InvalidConfigError
 from a2a_push.protocol.constants import STANDARD_WEBHOOKS_SECRET_PREFIX
-from a2a_push.signing.jwt import check_raw_body
+from a2a_push.signing.jwt import check_raw_body, shown
 
 SIGNATURE_VERSION: Final = "v1"
 DEFAULT_TOLERANCE_SECONDS: Final = 300
@@ -32,12 +32,6 @@ class StandardWebhooksVerificationError(A2APushError):
 def is_standard_webhooks_secret(token: str | None) -> bool:
     """Whether a config token is a Standard Webhooks secret (``whsec_...``)."""
     return token is not None and token.startswith(STANDARD_WEBHOOKS_SECRET_PREFIX)
-
-
-def _shown(value: object) -> str:
-    """A header value as error messages show it (cut short: the sender chose it)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + f"... ({len(text):,} characters)"
 
 
 def _secret_key(secret: str) -> bytes:
@@ -94,7 +88,7 @@ def verify(
         or (len(timestamp) <= 12 and timestamp.isascii() and timestamp.isdigit())
     ):
         raise StandardWebhooksVerificationError(
-            "bad_timestamp", f"timestamp {_shown(timestamp)} is not unix seconds"
+            "bad_timestamp", f"timestamp {shown(str(timestamp), 40)} is not unix seconds"
         )
     ts = int(timestamp)
     current = int(time.time()) if now is None else now

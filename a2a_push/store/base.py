@@ -121,9 +121,7 @@ class Outcome:
 
 def has_config_side_effects(o: Outcome) -> bool:
     return (
-        o.disable_config is not None
-        or o.config_failing_since is not None
-        or (o.clear_config_failing)
+        o.disable_config is not None or o.config_failing_since is not None or o.clear_config_failing
     )
 
 
