@@ -29,10 +29,17 @@ def create(db: Path) -> None:
 
 
 def wal_restarts(db: Path) -> int:
-    """The WAL header's checkpoint sequence number: how often the WAL started over."""
-    with open(f"{db}-wal", "rb") as f:
-        header = f.read(32)
-    return int(struct.unpack(">I", header[12:16])[0])
+    """The WAL header's checkpoint sequence number: how often the WAL started over.
+
+    Read until two reads agree: another connection may be rewriting the header (starting
+    the WAL over) at the moment of a read, which then sees part of the old and new one."""
+    previous: bytes | None = None
+    while True:
+        with open(f"{db}-wal", "rb") as f:
+            header = f.read(32)
+        if header == previous:
+            return int(struct.unpack(">I", header[12:16])[0])
+        previous = header
 
 
 @dataclass
