@@ -521,14 +521,17 @@ def test_a_catch_up_starts_the_wal_over_while_another_connection_keeps_writing(
     try:
         assert written.wait(10)
         for _ in range(5):
-            before = wal_writer_worker.wal_restarts(db)
+            before = wal_writer_worker.wal_restarts(db, settled=True)
             assert _restart_wal(conn)
             # When the other connection held the write lock right after the checkpoint,
             # its commit starts the new WAL: that may end a moment after we return.
             deadline = time.monotonic() + 5
-            while wal_writer_worker.wal_restarts(db) == before and time.monotonic() < deadline:
+            while (
+                wal_writer_worker.wal_restarts(db, settled=True) == before
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
-            starts.append(wal_writer_worker.wal_restarts(db) - before)
+            starts.append(wal_writer_worker.wal_restarts(db, settled=True) - before)
     finally:
         stop.set()
         writing.join()

@@ -28,16 +28,17 @@ def create(db: Path) -> None:
         conn.close()
 
 
-def wal_restarts(db: Path) -> int:
+def wal_restarts(db: Path, *, settled: bool = False) -> int:
     """The WAL header's checkpoint sequence number: how often the WAL started over.
 
-    Read until two reads agree: another connection may be rewriting the header (starting
-    the WAL over) at the moment of a read, which then sees part of the old and new one."""
+    ``settled``: read until two reads agree, for a reader racing another connection that
+    may be rewriting the header (starting the WAL over), and a read then sees part of
+    the old header and part of the new one."""
     previous: bytes | None = None
     while True:
         with open(f"{db}-wal", "rb") as f:
             header = f.read(32)
-        if header == previous:
+        if not settled or header == previous:
             return int(struct.unpack(">I", header[12:16])[0])
         previous = header
 
