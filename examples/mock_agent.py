@@ -59,6 +59,7 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.gateway.app import HEADER_OWNER
 from a2a_push.gateway.client import GatewayClient, GatewayError
+from a2a_push.httputil import run_app
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
@@ -1212,7 +1213,13 @@ def serve(
 
     try:
         # aiohttp's access log (a line per request) is at INFO: shown from --log-level INFO.
-        web.run_app(app, host=host, port=port, print=announce)
+        run_app(
+            app,
+            host=host,
+            port=port,
+            print=announce,
+            access_log=logging.getLogger("aiohttp.access"),
+        )
     except OSError as exc:
         if started:
             raise

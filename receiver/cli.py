@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from a2a_push import logs
 from a2a_push.errors import A2APushError
+from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
+from a2a_push.signing.jwt import MAX_TOKEN_CHARS
 
 from .settings import (
     CONFIG_ENV,
@@ -155,9 +155,11 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         logs.serving(banner)
 
     try:
-        web.run_app(
+        run_app(
             app,
             sock=sockets,
+            # A JWT of up to the verifier's limit, after "Bearer ", gets through.
+            max_field_size=MAX_TOKEN_CHARS + 1024,
             print=started,
             access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
         )

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from aiohttp import web
-
 from a2a_push import logs
+from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
 from a2a_push.signing.keys import Algorithm, KeyStoreError
@@ -168,7 +167,7 @@ def _serve(
         f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
         f"on {gateway.notifier.store.location}; JWKS at {settings.base_url}/.well-known/jwks.json"
     )
-    web.run_app(
+    run_app(
         create_app(settings, gateway=gateway),
         sock=sockets,
         # Called once the database is open and the port is bound, not before.
