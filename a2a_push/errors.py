@@ -57,6 +57,12 @@ class StoreUnavailableError(A2APushError):
     """
 
 
+class StoreBusyError(A2APushError):
+    """The store could not do this now, though it is reachable: a lock or statement
+    timeout, a deadlock, a serialization failure, a database file another process holds
+    locked. Nothing was written; the same call may succeed when tried again."""
+
+
 class StoreUnusableError(A2APushError):
     """The database answers but cannot be used as given: no such database or role, a
     refused password, or (for tools that never migrate) no outbox where one was expected.

@@ -19,6 +19,7 @@ from a2a_push.delivery import dispatcher as dispatcher_module
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.errors import StoreBusyError
 from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.types import (
     TaskPushNotificationConfig,
@@ -186,15 +187,15 @@ async def test_a_failing_log_handler_does_not_change_what_happens_to_a_delivery(
 
 
 class _OutcomeWriteTimesOut(SQLiteStore):
-    """Writing an outcome fails once with an error the store does not call an outage
-    (as a lock or statement timeout on PostgreSQL does)."""
+    """Writing an outcome fails once with the store's "try again", not an outage (as a
+    lock or statement timeout on PostgreSQL does)."""
 
     failures = 1
 
     async def complete_and_claim_next(self, *args: Any, **kw: Any) -> Any:
         if self.failures:
             self.failures -= 1
-            raise sqlite3.OperationalError("canceling statement due to lock timeout")
+            raise StoreBusyError("canceling statement due to lock timeout")
         return await super().complete_and_claim_next(*args, **kw)
 
 
@@ -279,29 +280,49 @@ async def test_an_outcome_write_failing_for_good_takes_the_internal_error_path(
 
 
 def test_which_outcome_write_errors_count_as_transient() -> None:
-    """A lock, a timeout, a deadlock, a lost connection: yes (the lease brings the
-    delivery back). A missing table or a read-only file: no (it would fail the same way
-    after every lease, re-sending the webhook each time)."""
-    asyncpg = pytest.importorskip("asyncpg")
+    """The store's "try again" (a lock, a timeout, a deadlock), a lost connection: yes
+    (the lease brings the delivery back). Anything else, a backend's own error included:
+    no (it would fail the same way after every lease, re-sending the webhook each time).
+    Which backend errors are "try again" is each store's to say (the next test)."""
     from a2a_push.delivery.dispatcher import _transient
 
-    transient = [
-        sqlite3.OperationalError("database is locked"),
-        sqlite3.OperationalError("database table is locked"),
-        TimeoutError(),
-        ConnectionResetError(),
-        asyncpg.exceptions.LockNotAvailableError("lock timeout"),
-        asyncpg.exceptions.QueryCanceledError("statement timeout"),
-        asyncpg.exceptions.DeadlockDetectedError("deadlock"),
-        asyncpg.exceptions.SerializationError("could not serialize"),
-    ]
+    transient = [StoreBusyError("database is locked"), TimeoutError(), ConnectionResetError()]
     permanent = [
-        sqlite3.OperationalError("no such table: deliveries"),
-        sqlite3.OperationalError("attempt to write a readonly database"),
+        sqlite3.OperationalError("database is locked"),  # not raised as such by a store
         sqlite3.IntegrityError("NOT NULL constraint failed"),
-        asyncpg.exceptions.UniqueViolationError("duplicate key"),
-        asyncpg.exceptions.UndefinedTableError("no such relation"),
         RuntimeError("a bug"),
     ]
     assert [_transient(e) for e in transient] == [True] * len(transient)
     assert [_transient(e) for e in permanent] == [False] * len(permanent)
+
+
+def test_the_stores_say_which_of_their_errors_mean_try_again() -> None:
+    """A lock, a timeout, a deadlock: StoreBusyError. A missing table or a read-only
+    file: the backend's error as it is."""
+    asyncpg = pytest.importorskip("asyncpg")
+    from a2a_push.store import postgres, sqlite
+
+    for busy in (
+        sqlite3.OperationalError("database is locked"),
+        sqlite3.OperationalError("database table is locked"),
+    ):
+        assert isinstance(sqlite.busy_error(busy), StoreBusyError)
+    for other in (
+        sqlite3.OperationalError("no such table: deliveries"),
+        sqlite3.OperationalError("attempt to write a readonly database"),
+    ):
+        assert sqlite.busy_error(other) is None
+    for busy in (
+        asyncpg.exceptions.LockNotAvailableError("lock timeout"),
+        asyncpg.exceptions.QueryCanceledError("statement timeout"),
+        asyncpg.exceptions.DeadlockDetectedError("deadlock"),
+        asyncpg.exceptions.SerializationError("could not serialize"),
+    ):
+        found = postgres.busy_error(busy, "127.0.0.1:5432/test")
+        assert isinstance(found, StoreBusyError) and found.__cause__ is busy
+    for other in (
+        asyncpg.exceptions.UniqueViolationError("duplicate key"),
+        asyncpg.exceptions.UndefinedTableError("no such relation"),
+        RuntimeError("a bug"),
+    ):
+        assert postgres.busy_error(other, "127.0.0.1:5432/test") is None

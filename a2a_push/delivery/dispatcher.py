@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sqlite3
 import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Final
 
 from yarl import URL
 
-from ..errors import A2APushError, StoreUnavailableError
+from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
 from ..metrics import Metrics
 from ..signing import WebhookSigner
 from ..store import Delivery, Outcome, Store, StoredConfig
@@ -57,8 +56,8 @@ _LOG_THROTTLE_SIZE = 10_000
 
 class _BookkeepingError(Exception):
     """Writing a delivery's outcome (or handing it back) failed with a transient error
-    the store does not call an outage: a lock or statement timeout, a deadlock, a
-    serialization failure, a busy SQLite file. Treated like an outage: nothing is
+    the store does not call an outage (``StoreBusyError``: a lock or statement timeout,
+    a deadlock, a serialization failure, a busy SQLite file). Treated like an outage: nothing is
     decided, the lease runs out and the lane is claimed again; the delivery is never
     dead-lettered for it (it may have been delivered). Any other error is a bug or bad
     data, and takes the dispatcher's internal-error path (logged with its traceback)."""
@@ -68,20 +67,10 @@ class _BookkeepingError(Exception):
         self.cause_type = type(cause).__name__
 
 
-# SQLSTATEs that say "try again": serialization failure, deadlock, lock not available,
-# query canceled (a statement_timeout or lock_timeout).
-_TRANSIENT_SQLSTATES: Final = frozenset({"40001", "40P01", "55P03", "57014"})
-
-
 def _transient(exc: Exception) -> bool:
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return True  # a connection lost or a call timed out mid-write
-    if isinstance(exc, sqlite3.OperationalError):
-        # A locked or busy file, not "no such table" or a read-only database: those
-        # would fail the same way after every lease.
-        text = str(exc).lower()
-        return "lock" in text or "busy" in text
-    return getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES
+    # A connection lost or a call timed out mid-write; or the store saying "try again"
+    # (it raises StoreBusyError for its backend's locks, timeouts and deadlocks).
+    return isinstance(exc, TimeoutError | ConnectionError | StoreBusyError)
 
 
 @contextlib.contextmanager

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 try:
@@ -50,32 +49,23 @@ except ModuleNotFoundError as exc:  # the core package installs without the extr
         name="asyncpg",
     ) from exc
 
-from ..endpoints import endpoint_of
 from ..errors import (
-    SecretDecryptionError,
+    StoreBusyError,
     StoreClosedError,
     StoreUnavailableError,
     StoreUnusableError,
-    TooManyConfigsError,
 )
 from .base import (
     Delivery,
     DeliveryFilter,
-    DeliveryState,
-    InitialDelivery,
-    OutboxStats,
-    Outcome,
-    Renderer,
-    Store,
-    StoredConfig,
     StoreOptions,
-    check_same_version,
-    has_config_side_effects,
 )
-from .paging import check_page_size, decode_page_token, encode_page_token
-from .rows import LEASED_UNTIL, RowMapping, corrupt_state_reason
+from .rows import LEASED_UNTIL
 from .secrets import SecretBox
 from .sql import migrations, queries
+from .sqlstore import SQLStore, Tx
+
+T = TypeVar("T")
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -100,7 +90,9 @@ _LOCK_MIGRATIONS = 0x4132504D
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _LISTEN_RETRY_FIRST = 0.1  # seconds; doubles up to the max while the server is away
 _LISTEN_RETRY_MAX = 2.0
-_PENDING = DeliveryState.PENDING.value
+# SQLSTATEs that say "try again": serialization failure, deadlock, lock not available,
+# query canceled (a statement_timeout or lock_timeout).
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014"})
 
 log = logging.getLogger("a2a_push.store.postgres")
 
@@ -194,7 +186,7 @@ class PostgresPoolOptions:
             raise ValueError("pool sizes: need 0 <= min_size <= max_size and max_size >= 1")
 
 
-class PostgresStore(RowMapping, Store):
+class PostgresStore(SQLStore):
     """Config store and outbox in PostgreSQL, shared by any number of processes.
 
     ``dsn``: ``postgresql://user:password@host:port/database`` (or ``postgres://``).
@@ -372,13 +364,17 @@ class PostgresStore(RowMapping, Store):
     @contextlib.asynccontextmanager
     async def _connection(self, *, transaction: bool = False) -> AsyncIterator[Any]:
         """A pooled connection (in a transaction if asked), with connection failures
-        turned into ``StoreUnavailableError``."""
-        async with pooled_connection(
-            self._require_pool(), self._unavailable, transaction=transaction
-        ) as conn:
-            yield conn
+        turned into ``StoreUnavailableError`` and "try again" answers (a deadlock, a lock
+        or statement timeout, a serialization failure) into ``StoreBusyError``."""
+        try:
+            async with pooled_connection(
+                self._require_pool(), self._unavailable, transaction=transaction
+            ) as conn:
+                yield conn
+        except asyncpg.PostgresError as exc:
+            raise busy_error(exc, self._where) or exc from None
 
-    def _transaction(self) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _transaction_connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
         return self._connection(transaction=True)
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
@@ -388,10 +384,6 @@ class PostgresStore(RowMapping, Store):
             "is running and reachable with the configured DSN. The store reconnects by "
             "itself: retry once the database is back"
         )
-
-    async def _notify(self, conn: Any) -> None:
-        # Sent at commit, so listeners never wake before the work is visible.
-        await conn.execute(_Q["notify"], NOTIFY_CHANNEL, self._notify_payload)
 
     # ---- wake-ups --------------------------------------------------------------------
 
@@ -458,210 +450,28 @@ class PostgresStore(RowMapping, Store):
         except Exception:
             log.exception("the wake-up callback failed")
 
-    # ---- configs ---------------------------------------------------------------------
+    # ---- the algorithm's transactions ---------------------------------------------------
 
-    async def put_config(
-        self, config: StoredConfig, *, initial: InitialDelivery | None = None
-    ) -> StoredConfig:
-        sealed = self._box.seal(config.token, config.auth_credentials)
-        cap = self.options.max_configs_per_task
-        endpoint = endpoint_of(config.url)
-        async with self._transaction() as conn:
-            # Held until commit: a concurrent put for the same task (another process)
-            # counts after this one's insert, so the cap holds; and a publish of the task
-            # waits for it, so it is ordered entirely before or after ``initial``.
-            at = await _lock_tasks(conn, [config.task_id], None if initial is None else initial.now)
-            found = await conn.fetchrow(
-                _Q["find_config_key"], config.task_id, config.owner, config.id
-            )
-            if found is None:
-                count = await conn.fetchval(_Q["count_task_configs"], config.task_id)
-                if count >= cap:
-                    raise TooManyConfigsError(config.task_id, cap)
-                stored = config
-                await conn.execute(
-                    _Q["insert_config"],
-                    config.key,
-                    config.id,
-                    config.task_id,
-                    config.owner,
-                    config.tenant,
-                    config.url,
-                    endpoint,
-                    config.auth_scheme,
-                    sealed,
-                    config.protocol_version,
-                    config.enabled,
-                    config.disabled_reason,
-                    config.failing_since,
-                    config.created_at,
-                )
-            else:
-                check_same_version(config, found["protocol_version"])
-                key = found["key"]
-                await conn.execute(
-                    _Q["replace_config"],
-                    key,
-                    config.tenant,
-                    config.url,
-                    endpoint,
-                    config.auth_scheme,
-                    sealed,
-                    config.protocol_version,
-                    config.enabled,
-                    config.disabled_reason,
-                )
-                await conn.execute(_Q["set_lanes_endpoint"], endpoint, key)
-                if found["url"] != config.url:
-                    await conn.execute(_Q["retry_config_afresh"], key, at)
-                    await conn.execute(_Q["config_lanes_due_now"], key, at)
-                stored = config.with_changes(
-                    key=key, created_at=found["created_at"], failing_since=None
-                )
-            if initial is not None:
-                _, ids = await _enqueue_locked(
-                    conn,
-                    stored.task_id,
-                    initial.kind,
-                    initial.render,
-                    initial.new_id,
-                    only_config_key=stored.key,
-                    at=at,
-                    final=initial.final,
-                )
-                if ids:
-                    await self._notify(conn)
-            return stored
+    async def _transaction(self, op: Callable[[Tx], Awaitable[T]], *, sync: bool = True) -> T:
+        async with self._transaction_connection() as conn:
+            tx = _PostgresTx(conn)
+            result = await op(tx)
+            if tx.notified:
+                # Sent at commit, so listeners never wake before the work is visible.
+                await conn.execute(_Q["notify"], NOTIFY_CHANNEL, self._notify_payload)
+            return result
 
-    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+    async def _fetch(self, query: str, *args: Any) -> list[Any]:
         async with self._connection() as conn:
-            row = await conn.fetchrow(_Q["config_by_ids"], task_id, owner, config_id)
-        return self._config_from_row(row) if row is not None else None
+            return list(await conn.fetch(_Q[query], *args))
 
-    async def get_config_by_key(self, key: str) -> StoredConfig | None:
-        async with self._connection() as conn:
-            row = await conn.fetchrow(_Q["config_by_key"], key)
-        return self._config_from_row(row) if row is not None else None
+    def _array(self, values: Sequence[str]) -> Any:
+        return list(values)
 
-    async def list_configs(
-        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
-    ) -> tuple[list[StoredConfig], str | None]:
-        check_page_size(page_size)
-        after = decode_page_token(page_token) or ""
-        async with self._connection() as conn:
-            rows = await conn.fetch(_Q["configs_page"], task_id, owner, after, page_size + 1)
-        page = [self._config_from_row(r) for r in rows[:page_size]]
-        more = len(rows) > page_size
-        return page, encode_page_token(page[-1].id) if more and page else None
+    def _stats_now(self, now: float | None) -> float | None:
+        return now  # None: the database server's clock, read in the statement
 
-    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
-        async with self._transaction() as conn:
-            at = await _lock_tasks(conn, [task_id])
-            found = await conn.fetchrow(_Q["find_config_key"], task_id, owner, config_id)
-            if found is None:
-                return False
-            await _dead_letter_config(conn, found["key"], "config deleted", at)
-            await conn.execute(_Q["delete_config"], found["key"])
-            return True
-
-    async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(_Q["enabled_task_configs"], task_id)
-        return [self._config_from_row(r) for r in rows]
-
-    async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
-        async with self._transaction() as conn:
-            task_id = await conn.fetchval(_Q["config_task"], key)
-            if task_id is None:
-                return False
-            at = await _lock_tasks(conn, [task_id])
-            return await _set_enabled(conn, key, enabled, reason, at)
-
-    async def reencrypt_secrets(self, previous_keys: Sequence[str] | None = None) -> int:
-        """Re-seal every stored secret with the current primary key.
-
-        ``previous_keys``: the keys the rows are sealed with now (None: in clear), for
-        turning encryption on; rotation within ``encryption_keys`` needs no argument.
-        """
-        old = SecretBox(previous_keys)
-        box = self._box
-        async with self._transaction() as conn:
-            rows = await conn.fetch(_Q["all_config_secrets"])
-            updates = []
-            for row in rows:
-                sealed = row["secrets"]
-                try:
-                    token, credentials = old.open(sealed)
-                except SecretDecryptionError:
-                    token, credentials = box.open(sealed)
-                updates.append((box.seal(token, credentials), row["key"]))
-            await conn.executemany(_Q["set_config_secrets"], updates)
-        return len(rows)
-
-    # ---- outbox ----------------------------------------------------------------------
-
-    async def enqueue(
-        self,
-        task_id: str,
-        kind: str,
-        render: Renderer,
-        *,
-        new_id: Callable[[], str],
-        only_config_key: str | None = None,
-        now: float | None = None,
-        idempotency_key: str | None = None,
-        idempotency_since: float | None = None,
-        final: bool = False,
-    ) -> tuple[int, list[str]]:
-        since = float("-inf") if idempotency_since is None else idempotency_since
-        async with self._transaction() as conn:
-            # Publishes of one task take turns (across processes): seq follows commit
-            # order, so a lane's FIFO by seq is the order events were accepted in. The
-            # event is due from the database's now: claims go by that clock.
-            at = await _lock_tasks(conn, [task_id], now)
-            if idempotency_key is not None:
-                # Under the task's lock: a retry racing the first attempt waits for it.
-                row = await conn.fetchrow(_Q["get_idempotency_key"], idempotency_key, since)
-                if row is not None:
-                    return int(row["seq"]), json.loads(row["ids"])
-            seq, ids = await _enqueue_locked(
-                conn,
-                task_id,
-                kind,
-                render,
-                new_id,
-                only_config_key=only_config_key,
-                at=at,
-                final=final,
-            )
-            if idempotency_key is not None:
-                await conn.execute(
-                    _Q["put_idempotency_key"], idempotency_key, seq, json.dumps(ids), at
-                )
-            if ids:
-                await self._notify(conn)
-        return seq, ids
-
-    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
-        async with self._transaction() as conn:
-            rows = await conn.fetch(_Q["final_tasks_to_purge"], final_before, limit)
-            candidates = [row["task_id"] for row in rows]
-            if not candidates:
-                return 0
-            # The tasks' locks first, as publishes and registrations take them (then
-            # their task_seq row): none is half done, and no deadlock. Checked again
-            # under them, in a statement that sees what committed meanwhile.
-            await _lock_tasks(conn, candidates)
-            rows = await conn.fetch(_Q["forget_tasks_final"], candidates, final_before)
-            tasks = [row["task_id"] for row in rows]
-            if tasks:
-                await conn.execute(_Q["delete_tasks_configs"], tasks)
-        return len(tasks)
-
-    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
-        async with self._transaction() as conn:
-            status = await conn.execute(_Q["purge_idempotency_keys"], created_before, limit)
-        return int(status.split()[-1])
+    # ---- what stays PostgreSQL's own ---------------------------------------------------
 
     async def claim_due(
         self,
@@ -673,47 +483,37 @@ class PostgresStore(RowMapping, Store):
         per_endpoint: int | None = None,
         exclude_endpoints: Collection[str] = (),
     ) -> list[Delivery]:
-        # None until the first round reads the database server's clock; every later
-        # round and every lease of this claim goes by that one time.
-        at = now
+        """Many workers: candidates are locked with SKIP LOCKED, then ranked per endpoint
+        (see the claim_lanes query), in rounds while a full window may hide endpoints."""
         cap = per_endpoint or limit
-        claimed: list[Delivery] = []
-        taken: Counter[str] = Counter()  # lanes taken per endpoint
         excluded = set(exclude_endpoints)
-        async with self._transaction() as conn:
+
+        async def op(tx: Tx) -> list[Any]:
+            # None until the first round reads the database server's clock; every later
+            # round and every lease of this claim goes by that one time.
+            at = now
+            claimed: list[Any] = []
+            taken: Counter[str] = Counter()  # lanes taken per endpoint
             while True:
                 want = limit - len(claimed)
                 before = len(claimed)
-                rows = await conn.fetch(_Q["claim_lanes"], at, sorted(excluded), cap, want)
+                rows = await tx.fetch("claim_lanes", at, sorted(excluded), cap, want)
                 if not rows:
                     break
                 at = float(rows[0]["now"])
                 config_keys: list[str] = []
                 task_ids: list[str] = []
                 for row in rows:
-                    lane = (row["lane_config_key"], row["lane_task_id"])
-                    if row["state"] != _PENDING:
-                        # A lane whose head is no longer pending: repair it (never
-                        # expected). Only if the task is free: a claim must never wait on
-                        # a lock while it holds lane rows, or it could deadlock with a
-                        # completion.
-                        if await conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, lane[1]):
-                            # A state that is none of ours: dead, with the reason.
-                            await conn.execute(
-                                _Q["dead_letter_corrupt_state"],
-                                corrupt_state_reason(row["state"]),
-                                at,
-                                row["id"],
-                            )
-                            await _advance_lane(conn, *lane)
+                    if not self._is_pending(row):
+                        await self._repair_lane(tx, row, at)
                         continue
-                    claimed.append(self._claimed_from_row(row))
+                    claimed.append(row)
                     taken[row["lane_endpoint"]] += 1
-                    config_keys.append(lane[0])
-                    task_ids.append(lane[1])
+                    config_keys.append(row["lane_config_key"])
+                    task_ids.append(row["lane_task_id"])
                 if config_keys:
-                    await conn.execute(
-                        _Q["lease_lanes"], at + lease_seconds, worker_id, config_keys, task_ids
+                    await tx.execute(
+                        "lease_lanes", at + lease_seconds, worker_id, config_keys, task_ids
                     )
                 # The ranked window was full: a few backlogged endpoints may have filled
                 # it and hidden other endpoints' due lanes. Look past every endpoint that
@@ -724,50 +524,10 @@ class PostgresStore(RowMapping, Store):
                     break
                 if len(claimed) == before or set(taken) <= excluded:
                     break
-                excluded |= set(taken)
-        return claimed
+                excluded.update(taken)
+            return claimed
 
-    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
-        if not outcomes:
-            return
-        async with self._transaction() as conn:
-            at = await _lock_tasks(conn, [o.task_id for o in outcomes], now)
-            shift = _clock_shift(at, now)
-            for o in outcomes:
-                await _apply_outcome(conn, o, at, shift=shift)
-
-    async def complete_and_claim_next(
-        self,
-        outcome: Outcome,
-        *,
-        lease_seconds: float,
-        worker_id: str,
-        now: float | None = None,
-    ) -> Delivery | None:
-        async with self._transaction() as conn:
-            # The lease runs from the database's now once the lock is held.
-            at = await _lock_tasks(conn, [outcome.task_id], now)
-            lease = (at, at + lease_seconds, worker_id)
-            head_id = await _apply_outcome(
-                conn, outcome, at, shift=_clock_shift(at, now), lease_next=lease
-            )
-            if head_id is None:
-                return None
-            row = await conn.fetchrow(_Q["delivery_with_config"], head_id)
-        return self._claimed_from_row(row)
-
-    async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
-        if not delivery_ids:
-            return
-        async with self._transaction() as conn:
-            status = await conn.execute(_Q["release_lanes"], list(delivery_ids), worker_id)
-            if _rowcount(status):
-                await self._notify(conn)
-
-    async def get_delivery(self, delivery_id: str) -> Delivery | None:
-        async with self._connection() as conn:
-            row = await conn.fetchrow(_Q["delivery_by_id"], delivery_id)
-        return self._delivery_from_row(row) if row is not None else None
+        return [self._claimed_from_row(r) for r in await self._transaction(op, sync=False)]
 
     async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]:
         conditions = (
@@ -794,33 +554,6 @@ class PostgresStore(RowMapping, Store):
             rows = await conn.fetch(sql, *params)
         return [self._delivery_from_row(r) for r in rows]
 
-    async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
-        if not delivery_ids:
-            return 0
-        ids = list(delivery_ids)
-        async with self._transaction() as conn:
-            tasks = [r["task_id"] for r in await conn.fetch(_Q["dead_delivery_tasks"], ids)]
-            if not tasks:
-                return 0
-            # Replayed deliveries are due from the database's now (claims go by it).
-            at = await _lock_tasks(conn, tasks, now)
-            # Re-checked under the locks; only the locked tasks' deliveries are touched.
-            rows = await conn.fetch(_Q["replay_deliveries"], at, ids, tasks)
-            for config_key, task_id in sorted({(r["config_key"], r["task_id"]) for r in rows}):
-                await _advance_lane(conn, config_key, task_id, keep_lease=True)
-            if rows:
-                await self._notify(conn)
-        return len(rows)
-
-    async def purge(self, state: DeliveryState, *, updated_before: float, limit: int = 1000) -> int:
-        if state is DeliveryState.PENDING:
-            raise ValueError("pending deliveries are never purged")
-        async with self._connection() as conn:
-            count: int = await conn.fetchval(
-                _Q["purge_deliveries"], state.value, updated_before, limit
-            )
-        return count
-
     async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
         """On this process's clock, for its sleep: the lanes' due times are on the
         database server's, so the query answers how far ahead the earliest one is. A
@@ -830,200 +563,66 @@ class PostgresStore(RowMapping, Store):
             value = await conn.fetchval(_Q["next_due_at"], sorted(exclude_endpoints))
         return time.time() + float(value) if value is not None else None
 
-    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
-        async with self._connection() as conn:
-            # Due and leased as of ``now``, or else of the database server's clock.
-            row = await conn.fetchrow(_Q["stats"], now, count_delivered)
-        return OutboxStats(
-            pending=row["pending"],
-            due=row["due"],
-            leased=row["leased"],
-            dead=row["dead"],
-            delivered=row["delivered"],
-            oldest_pending_created_at=row["oldest"],
-        )
+
+class _PostgresTx:
+    """A transaction on a pooled connection (see ``sqlstore.Tx``)."""
+
+    __slots__ = ("_conn", "notified")
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.notified = False
+
+    async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
+        """The tasks' transaction-scoped advisory locks; then the transaction's time:
+        ``now``, or else the database server's clock once every lock is held (in the same
+        statement: no extra round trip). Leases and due times written with it agree with
+        every other replica's claims, whatever the clock of this host says."""
+        at: float = await self._conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
+        return at
+
+    def clock_shift(self, at: float, now: float | None) -> float:
+        """How far the database server's clock (``at``, just read) is ahead of this
+        process's; 0 with an explicit ``now``."""
+        return 0.0 if now is not None else at - time.time()
+
+    async def try_lock_task(self, task_id: str) -> bool:
+        return bool(await self._conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, task_id))
+
+    async def execute(self, query: str, *args: Any) -> int:
+        return _rowcount(await self._conn.execute(_Q[query], *args))
+
+    async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None:
+        await self._conn.executemany(_Q[query], args)
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        return list(await self._conn.fetch(_Q[query], *args))
+
+    async def fetchrow(self, query: str, *args: Any) -> Any | None:
+        return await self._conn.fetchrow(_Q[query], *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self._conn.fetchval(_Q[query], *args)
+
+    def array(self, values: Sequence[str]) -> Any:
+        return list(values)
+
+    def notify(self) -> None:
+        self.notified = True
 
 
-# ---- helpers run inside a transaction holding the task's lock ------------------------
-
-
-async def _lock_tasks(conn: Any, task_ids: Sequence[str], now: float | None = None) -> float:
-    """Take the tasks' transaction-scoped locks; returns the transaction's time: ``now``,
-    or else the database server's clock once every lock is held (in the same statement:
-    no extra round trip). Leases and due times written with it agree with every other
-    replica's claims, whatever the clock of the host this process runs on says."""
-    at: float = await conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
-    return at
-
-
-def _clock_shift(at: float, now: float | None) -> float:
-    """How far the database server's clock (``at``, just read) is ahead of this process's:
-    added to the times this process computed (a retry's or deferral's due time) so that
-    they are due when meant by the clock claims go by. 0 with an explicit ``now``."""
-    return 0.0 if now is not None else at - time.time()
-
-
-async def _enqueue_locked(
-    conn: Any,
-    task_id: str,
-    kind: str,
-    render: Renderer,
-    new_id: Callable[[], str],
-    *,
-    only_config_key: str | None,
-    at: float,
-    final: bool = False,
-) -> tuple[int, list[str]]:
-    """Fan an event out to the task's enabled configs (or only ``only_config_key``)."""
-    configs = await conn.fetch(_Q["enqueue_targets"], task_id)
-    targets = [
-        (row["key"], row["protocol_version"], row["endpoint"])
-        for row in configs
-        if row["enabled"] and (only_config_key is None or row["key"] == only_config_key)
-    ]
-    if not targets:
-        if configs:  # none enabled: no seq used, but the task's end still counts
-            await conn.execute(_Q["record_task_final"], task_id, at if final else None)
-        return 0, []
-    seq: int = await conn.fetchval(_Q["next_task_seq"], task_id, at if final else None)
-    bodies: dict[str, bytes] = {}
-    rows, lanes, ids = [], [], []
-    for key, version, endpoint in targets:
-        body = bodies.get(version)
-        if body is None:
-            body = bodies[version] = render(version)
-        delivery_id = new_id()
-        ids.append(delivery_id)
-        rows.append((delivery_id, key, task_id, seq, kind, body, at))
-        lanes.append((key, task_id, delivery_id, at, endpoint))
-    await conn.executemany(_Q["insert_delivery"], rows)
-    await conn.executemany(_Q["open_lane"], lanes)
-    return seq, ids
-
-
-async def _apply_outcome(
-    conn: Any,
-    o: Outcome,
-    at: float,
-    *,
-    shift: float = 0.0,
-    lease_next: tuple[float, float, str] | None = None,
-) -> str | None:
-    """Record ``o``; with ``lease_next`` = (now, lease until, worker), also lease the lane's
-    next delivery if it is due now and return its id.
-
-    ``at`` is the transaction's time (the database's clock, see ``_lock_tasks``). A retry's
-    or deferral's ``o.next_attempt_at`` is on the worker's clock (its retry policy or
-    breaker computed it): ``shift`` (see ``_clock_shift``) puts it on the database's, so
-    that a pause shorter than the worker's skew is not due at once (a worker behind the
-    database would otherwise claim, defer and claim again in a loop)."""
-    leased: str | None = None
-    status = "UPDATE 0"
-    if await _leased_to_another(conn, o):
-        pass  # that worker's outcome will count
-    elif o.kind == "defer":
-        assert o.next_attempt_at is not None
-        status = await conn.execute(
-            _Q["defer_delivery"], o.next_attempt_at + shift, at, o.delivery_id
-        )
-    elif o.kind == "retry":
-        assert o.next_attempt_at is not None
-        status = await conn.execute(
-            _Q["retry_delivery"],
-            o.attempts,
-            o.status,
-            o.error,
-            o.next_attempt_at + shift,
-            at,
-            o.delivery_id,
-        )
-    else:
-        state = "delivered" if o.kind == "delivered" else "dead"
-        status = await conn.execute(
-            _Q["finish_delivery"], state, o.attempts, o.status, o.error, at, o.delivery_id
-        )
-    if _rowcount(status):
-        if lease_next is not None and o.disable_config is None and o.kind != "defer":
-            leased = await _advance_lane(
-                conn, o.config_key, o.task_id, lease_next=lease_next, now=at
-            )
-        else:
-            await _advance_lane(conn, o.config_key, o.task_id, now=at)
-        if o.kind == "dead" and o.disable_config is None:
-            await conn.execute(_Q["clear_config_failing_if_idle"], o.config_key)
-    if not has_config_side_effects(o):
-        return leased
-    if o.config_url is not None:
-        url = await conn.fetchval(_Q["config_url"], o.config_key)
-        if url != o.config_url:
-            return leased  # registered again elsewhere since: not about this config now
-    if o.config_failing_since is not None:
-        await conn.execute(_Q["set_config_failing_since"], o.config_failing_since, o.config_key)
-    if o.clear_config_failing:
-        await conn.execute(_Q["clear_config_failing"], o.config_key)
-    if o.disable_config is not None:
-        await _set_enabled(conn, o.config_key, False, o.disable_config, at)
-    return leased
-
-
-async def _leased_to_another(conn: Any, o: Outcome) -> bool:
-    """Whether a worker other than ``o.worker_id`` holds the lane's lease now. Locks the
-    lane row, so no claim can take the lane over between this check and the outcome."""
-    if o.worker_id is None:
-        return False
-    owner = await conn.fetchval(_Q["lock_lane_lease_owner"], o.config_key, o.task_id)
-    return owner is not None and owner != o.worker_id
-
-
-async def _advance_lane(
-    conn: Any,
-    config_key: str,
-    task_id: str,
-    *,
-    keep_lease: bool = False,
-    lease_next: tuple[float, float, str] | None = None,
-    now: float | None = None,
-) -> str | None:
-    """Point the lane at its lowest-seq pending delivery, or drop it when empty.
-
-    With ``lease_next`` = (now, lease until, worker) and that delivery due now, lease the
-    lane to the worker in the same statement and return the delivery's id. Otherwise the
-    lane is due at its head's next attempt, but not before ``now``: a lane that keeps
-    getting work queues behind the lanes already waiting (round robin between lanes).
-    """
-    head = await conn.fetchrow(_Q["lane_head"], config_key, task_id)
-    if head is None:
-        await conn.execute(_Q["delete_lane"], config_key, task_id)
+def busy_error(exc: BaseException, where: str) -> StoreBusyError | None:
+    """``exc`` as the store's "try again" when its SQLSTATE says so (a deadlock, a lock or
+    statement timeout, a serialization failure), else None."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate not in _TRANSIENT_SQLSTATES:
         return None
-    if lease_next is not None and head["next_attempt_at"] <= lease_next[0]:
-        _, until, worker = lease_next
-        status = await conn.execute(
-            _Q["lease_lane_head"], head["id"], until, worker, config_key, task_id
-        )
-        if _rowcount(status):
-            return str(head["id"])
-    if keep_lease:
-        owner = await conn.fetchrow(_Q["lane_lease_owner"], config_key, task_id)
-        if owner is not None and owner["lease_owner"] is not None:
-            # In flight: the worker's outcome will advance the lane; just fix the head.
-            await conn.execute(_Q["set_lane_head_only"], head["id"], config_key, task_id)
-            return None
-    due = head["next_attempt_at"] if now is None else max(head["next_attempt_at"], now)
-    await conn.execute(_Q["set_lane_head"], config_key, task_id, head["id"], due)
-    return None
-
-
-async def _set_enabled(conn: Any, key: str, enabled: bool, reason: str | None, now: float) -> bool:
-    status = await conn.execute(_Q["set_config_enabled"], enabled, None if enabled else reason, key)
-    changed = bool(_rowcount(status))
-    if changed and not enabled:
-        await _dead_letter_config(conn, key, f"config disabled: {reason or 'no reason given'}", now)
-    return changed
-
-
-async def _dead_letter_config(conn: Any, key: str, reason: str, now: float) -> None:
-    await conn.execute(_Q["dead_letter_config_deliveries"], reason, now, key)
-    await conn.execute(_Q["delete_config_lanes"], key)
+    busy = StoreBusyError(
+        f"PostgreSQL at {where} could not do it now ({sqlstate}: {exc}); nothing was "
+        "written; try again"
+    )
+    busy.__cause__ = exc
+    return busy
 
 
 def _lost(conn: Any) -> bool:

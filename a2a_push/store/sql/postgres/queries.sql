@@ -1,4 +1,6 @@
--- Named queries of the PostgreSQL backend ($n parameters, asyncpg).
+-- Named queries of the PostgreSQL backend ($n parameters, asyncpg). The lane algorithm
+-- (store/sqlstore.py) runs the same names on both SQL backends with the same positional
+-- parameters: $N here is ?N in the SQLite file.
 
 -- ---- migrations ---------------------------------------------------------------------
 
@@ -325,14 +327,11 @@ RETURNING config_key, task_id;
 
 -- name: purge_deliveries
 -- Rows another transaction holds (a concurrent purge elsewhere) are skipped, not waited for.
-WITH doomed AS (
+DELETE FROM deliveries WHERE id IN (
     SELECT id FROM deliveries WHERE state = $1 AND updated_at < $2
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM deliveries WHERE id IN (SELECT id FROM doomed) RETURNING 1
-)
-SELECT count(*) FROM gone;
+);
 
 -- name: next_due_at
 -- Seconds from now (the database server's clock) until then; negative when overdue.

@@ -1,60 +1,65 @@
+-- Named queries of the SQLite backend. The lane algorithm (store/sqlstore.py) runs the
+-- same names on both SQL backends with the same positional parameters: ?N here is $N in
+-- the PostgreSQL file. A list parameter (PostgreSQL's text[]) is a JSON array here,
+-- read with json_each.
+
+-- ---- configs ------------------------------------------------------------------------
+
 -- name: insert_config
 INSERT INTO configs (key, id, task_id, owner, tenant, url, endpoint, auth_scheme, secrets,
                      protocol_version, enabled, disabled_reason, failing_since, created_at)
-VALUES (:key, :id, :task_id, :owner, :tenant, :url, :endpoint, :auth_scheme, :secrets,
-        :protocol_version, :enabled, :disabled_reason, :failing_since, :created_at);
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14);
 
 -- name: replace_config
-UPDATE configs SET tenant = :tenant, url = :url, endpoint = :endpoint, auth_scheme = :auth_scheme,
-       secrets = :secrets, protocol_version = :protocol_version, enabled = :enabled,
-       disabled_reason = :disabled_reason, failing_since = NULL
-WHERE key = :key;
+UPDATE configs SET tenant = ?2, url = ?3, endpoint = ?4, auth_scheme = ?5, secrets = ?6,
+       protocol_version = ?7, enabled = ?8, disabled_reason = ?9, failing_since = NULL
+WHERE key = ?1;
 
 -- name: set_lanes_endpoint
-UPDATE lanes SET endpoint = ? WHERE config_key = ?;
+UPDATE lanes SET endpoint = ?1 WHERE config_key = ?2;
 
 -- name: find_config_key
 SELECT key, created_at, protocol_version, url FROM configs
-WHERE task_id = ? AND owner = ? AND id = ?;
+WHERE task_id = ?1 AND owner = ?2 AND id = ?3;
 
 -- name: retry_config_afresh
 -- A config registered again at another URL: what waits for it is due now, its retry
 -- steps reset (the backoff was the old URL's), except what is in flight.
-UPDATE deliveries SET next_attempt_at = min(next_attempt_at, :now), rounds = 0
-WHERE config_key = :key AND state = 'pending'
-  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = :key AND lease_owner IS NOT NULL);
+UPDATE deliveries SET next_attempt_at = min(next_attempt_at, ?2), rounds = 0
+WHERE config_key = ?1 AND state = 'pending'
+  AND id NOT IN (SELECT head_id FROM lanes WHERE config_key = ?1 AND lease_owner IS NOT NULL);
 
 -- name: config_lanes_due_now
-UPDATE lanes SET due_at = min(due_at, :now) WHERE config_key = :key AND lease_owner IS NULL;
+UPDATE lanes SET due_at = min(due_at, ?2) WHERE config_key = ?1 AND lease_owner IS NULL;
 
 -- name: count_task_configs
-SELECT count(*) FROM configs WHERE task_id = ?;
+SELECT count(*) FROM configs WHERE task_id = ?1;
+
+-- name: config_task
+SELECT task_id FROM configs WHERE key = ?1;
 
 -- name: config_by_ids
-SELECT * FROM configs WHERE task_id = ? AND owner = ? AND id = ?;
+SELECT * FROM configs WHERE task_id = ?1 AND owner = ?2 AND id = ?3;
 
 -- name: config_by_key
-SELECT * FROM configs WHERE key = ?;
+SELECT * FROM configs WHERE key = ?1;
 
 -- name: configs_page
-SELECT * FROM configs WHERE task_id = ? AND owner = ? AND id > ? ORDER BY id LIMIT ?;
+SELECT * FROM configs WHERE task_id = ?1 AND owner = ?2 AND id > ?3 ORDER BY id LIMIT ?4;
+
+-- name: config_url
+SELECT url FROM configs WHERE key = ?1;
 
 -- name: enqueue_targets
 -- The disabled configs too: a task whose configs are all disabled still records its end
 -- (record_task_final).
-SELECT key, protocol_version, endpoint, enabled FROM configs WHERE task_id = ?;
+SELECT key, protocol_version, endpoint, enabled FROM configs WHERE task_id = ?1;
 
 -- name: enabled_task_configs
-SELECT * FROM configs WHERE task_id = ? AND enabled = 1;
-
--- name: config_task
-SELECT task_id FROM configs WHERE key = ?;
+SELECT * FROM configs WHERE task_id = ?1 AND enabled = 1;
 
 -- name: delete_config
-DELETE FROM configs WHERE key = ?;
-
--- name: config_url
-SELECT url FROM configs WHERE key = ?;
+DELETE FROM configs WHERE key = ?1;
 
 -- name: set_config_enabled
 -- Enabling starts the failure clock afresh (failing_since = NULL): an old clock would
@@ -64,10 +69,10 @@ UPDATE configs SET enabled = ?1, disabled_reason = ?2,
 WHERE key = ?3;
 
 -- name: set_config_failing_since
-UPDATE configs SET failing_since = ? WHERE key = ? AND failing_since IS NULL;
+UPDATE configs SET failing_since = ?1 WHERE key = ?2 AND failing_since IS NULL;
 
 -- name: clear_config_failing
-UPDATE configs SET failing_since = NULL WHERE key = ? AND failing_since IS NOT NULL;
+UPDATE configs SET failing_since = NULL WHERE key = ?1 AND failing_since IS NOT NULL;
 
 -- name: clear_config_failing_if_idle
 -- After a dead letter: the config's failure clock stops when nothing of it is pending.
@@ -79,7 +84,7 @@ WHERE key = ?1 AND failing_since IS NOT NULL
 SELECT key, secrets FROM configs WHERE secrets IS NOT NULL;
 
 -- name: set_config_secrets
-UPDATE configs SET secrets = ? WHERE key = ?;
+UPDATE configs SET secrets = ?1 WHERE key = ?2;
 
 -- name: dead_letter_config_deliveries
 -- The config's pending work, through the index that leads with config_key; but not the
@@ -94,7 +99,9 @@ WHERE config_key = ?3 AND state = 'pending'
 
 -- name: delete_config_lanes
 -- All but the leased lanes (see dead_letter_config_deliveries).
-DELETE FROM lanes WHERE config_key = ? AND lease_owner IS NULL;
+DELETE FROM lanes WHERE config_key = ?1 AND lease_owner IS NULL;
+
+-- ---- outbox -------------------------------------------------------------------------
 
 -- name: next_task_seq
 -- ?2: now for a final event, else NULL: the first final event's time is kept, and an
@@ -114,40 +121,47 @@ ON CONFLICT (task_id) DO UPDATE SET final_at = excluded.final_at
 WHERE (task_seq.final_at IS NULL) != (excluded.final_at IS NULL);
 
 -- name: final_tasks_to_purge
--- Tasks finished before ? with nothing left to send or replay (no pending or dead
--- delivery: dead letters keep their config until they are purged themselves).
+-- Candidates: tasks finished before ?1 with nothing left to send or replay (no pending
+-- or dead delivery: dead letters keep their config until they are purged themselves).
 SELECT s.task_id FROM task_seq s INDEXED BY task_seq_final
-WHERE s.final_at < ?
+WHERE s.final_at < ?1
   AND NOT EXISTS (
       SELECT 1 FROM deliveries d WHERE d.task_id = s.task_id AND d.state != 'delivered'
   )
-LIMIT ?;
+LIMIT ?2;
 
--- name: delete_task_configs
-DELETE FROM configs WHERE task_id = ?;
+-- name: forget_tasks_final
+-- The candidates still finished before ?2 with nothing left to send or replay. The
+-- counter stays (seq never goes back), no longer a candidate.
+UPDATE task_seq SET final_at = NULL
+WHERE task_id IN (SELECT value FROM json_each(?1)) AND final_at < ?2
+  AND NOT EXISTS (
+      SELECT 1 FROM deliveries d WHERE d.task_id = task_seq.task_id AND d.state != 'delivered'
+  )
+RETURNING task_id;
 
--- name: forget_task_final
--- Its configs are gone: the counter stays (seq never goes back), no longer a candidate.
-UPDATE task_seq SET final_at = NULL WHERE task_id = ?;
+-- name: delete_tasks_configs
+DELETE FROM configs WHERE task_id IN (SELECT value FROM json_each(?1));
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
                         next_attempt_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?);
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7);
 
 -- name: open_lane
-INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?, ?, ?, ?, ?)
+INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?1, ?2, ?3, ?4, ?5)
 ON CONFLICT (config_key, task_id) DO NOTHING;
 
 -- name: due_lanes
--- At most :per_endpoint lanes per endpoint, none for the excluded (saturated or broken)
+-- ?1 now, ?2 excluded endpoints, ?3 lanes per endpoint, ?4 limit.
+-- At most ?3 lanes per endpoint, none for the excluded (saturated or broken)
 -- endpoints, earliest due first.
 WITH due AS (
     SELECT config_key, task_id, head_id, due_at,
            row_number() OVER (PARTITION BY endpoint ORDER BY due_at) AS nth
     FROM lanes
-    WHERE due_at <= :now
-      AND endpoint NOT IN (SELECT value FROM json_each(:exclude))
+    WHERE due_at <= ?1
+      AND endpoint NOT IN (SELECT value FROM json_each(?2))
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
@@ -160,9 +174,12 @@ SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
 FROM due l
 JOIN deliveries d ON d.id = l.head_id
 LEFT JOIN configs c ON c.key = l.config_key
-WHERE l.nth <= :per_endpoint
+WHERE l.nth <= ?3
 ORDER BY l.due_at
-LIMIT :limit;
+LIMIT ?4;
+
+-- name: lease_lane
+UPDATE lanes SET due_at = ?1, lease_owner = ?2 WHERE config_key = ?3 AND task_id = ?4;
 
 -- name: delivery_with_config
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
@@ -173,31 +190,24 @@ SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts
        c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
        c.failing_since AS c_failing_since, c.created_at AS c_created_at
 FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
-WHERE d.id = ?;
+WHERE d.id = ?1;
 
 -- name: lease_lane_head
-UPDATE lanes SET head_id = ?, due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
-
--- name: lease_lane
-UPDATE lanes SET due_at = ?, lease_owner = ? WHERE config_key = ? AND task_id = ?;
-
--- name: drop_orphan_lane
-DELETE FROM lanes WHERE config_key = ? AND task_id = ? AND head_id = ?;
-
--- name: pending_delivery
-SELECT config_key, task_id, state FROM deliveries WHERE id = ?;
+UPDATE lanes SET head_id = ?1, due_at = ?2, lease_owner = ?3
+WHERE config_key = ?4 AND task_id = ?5;
 
 -- name: finish_delivery
-UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, updated_at = ?
-WHERE id = ? AND state = 'pending';
+UPDATE deliveries SET state = ?1, attempts = ?2, last_status = ?3, last_error = ?4,
+       updated_at = ?5
+WHERE id = ?6 AND state = 'pending';
 
 -- name: retry_delivery
-UPDATE deliveries SET attempts = ?, rounds = rounds + 1, last_status = ?, last_error = ?,
-       next_attempt_at = ?, updated_at = ?
-WHERE id = ? AND state = 'pending';
+UPDATE deliveries SET attempts = ?1, rounds = rounds + 1, last_status = ?2, last_error = ?3,
+       next_attempt_at = ?4, updated_at = ?5
+WHERE id = ?6 AND state = 'pending';
 
 -- name: defer_delivery
-UPDATE deliveries SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'pending';
+UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?2 WHERE id = ?3 AND state = 'pending';
 
 -- name: dead_letter_corrupt_state
 -- A delivery whose state is none of ours (written by another tool): dead, with the reason.
@@ -206,7 +216,7 @@ WHERE id = ?3 AND state NOT IN ('pending', 'delivered', 'dead');
 
 -- name: lane_head
 SELECT id, next_attempt_at FROM deliveries
-WHERE config_key = ? AND task_id = ? AND state = 'pending'
+WHERE config_key = ?1 AND task_id = ?2 AND state = 'pending'
 ORDER BY seq LIMIT 1;
 
 -- name: set_lane_head
@@ -215,31 +225,43 @@ VALUES (?1, ?2, ?3, ?4, NULL, coalesce((SELECT endpoint FROM configs WHERE key =
 ON CONFLICT (config_key, task_id)
 DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner = NULL;
 
--- name: lane_lease
-SELECT due_at, lease_owner FROM lanes WHERE config_key = ? AND task_id = ?;
+-- name: lane_lease_owner
+SELECT lease_owner FROM lanes WHERE config_key = ?1 AND task_id = ?2;
+
+-- name: lock_lane_lease_owner
+-- (One writer at a time: the transaction holds the database's write lock already.)
+SELECT lease_owner FROM lanes WHERE config_key = ?1 AND task_id = ?2;
 
 -- name: set_lane_head_only
-UPDATE lanes SET head_id = ? WHERE config_key = ? AND task_id = ?;
+UPDATE lanes SET head_id = ?1 WHERE config_key = ?2 AND task_id = ?3;
 
 -- name: delete_lane
-DELETE FROM lanes WHERE config_key = ? AND task_id = ?;
+DELETE FROM lanes WHERE config_key = ?1 AND task_id = ?2;
 
--- name: release_lane
--- The lane of the delivery, whatever its head is now (a replay may have put an older
--- delivery first while this one was in flight); only the worker's own lease.
+-- name: release_lanes
+-- The lanes of the deliveries, whatever their heads are now (a replay may have put an
+-- older delivery first while one was in flight); only the worker's own leases.
 UPDATE lanes SET due_at = (SELECT next_attempt_at FROM deliveries WHERE id = lanes.head_id),
        lease_owner = NULL
-WHERE (config_key, task_id) = (SELECT config_key, task_id FROM deliveries WHERE id = ?1)
-  AND lease_owner = ?2;
+WHERE lease_owner = ?2
+  AND (config_key, task_id) IN (
+      SELECT config_key, task_id FROM deliveries
+      WHERE id IN (SELECT value FROM json_each(?1))
+  );
 
 -- name: delivery_by_id
 SELECT d.*, (SELECT l.due_at FROM lanes l WHERE l.config_key = d.config_key AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) AS leased_until
-FROM deliveries d WHERE id = ?;
+FROM deliveries d WHERE id = ?1;
 
--- name: replay_delivery
-UPDATE deliveries SET state = 'pending', attempts = 0, rounds = 0, next_attempt_at = ?, updated_at = ?,
-       last_error = NULL, last_status = NULL
-WHERE id = ? AND state = 'dead'
+-- name: dead_delivery_tasks
+SELECT DISTINCT task_id FROM deliveries
+WHERE id IN (SELECT value FROM json_each(?1)) AND state = 'dead';
+
+-- name: replay_deliveries
+UPDATE deliveries SET state = 'pending', attempts = 0, rounds = 0, next_attempt_at = ?1,
+       updated_at = ?1, last_error = NULL, last_status = NULL
+WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'dead'
+  AND task_id IN (SELECT value FROM json_each(?3))
   AND EXISTS (SELECT 1 FROM configs c WHERE c.key = deliveries.config_key AND c.enabled = 1)
 RETURNING config_key, task_id;
 
@@ -247,23 +269,24 @@ RETURNING config_key, task_id;
 -- "state != 'pending'" lets the partial index deliveries_finished_by_age serve it.
 DELETE FROM deliveries WHERE id IN (
     SELECT id FROM deliveries
-    WHERE state = ? AND state != 'pending' AND updated_at < ?
-    LIMIT ?
+    WHERE state = ?1 AND state != 'pending' AND updated_at < ?2
+    LIMIT ?3
 );
 
 -- name: next_due_at
-SELECT min(due_at) FROM lanes WHERE endpoint NOT IN (SELECT value FROM json_each(?));
+SELECT min(due_at) FROM lanes WHERE endpoint NOT IN (SELECT value FROM json_each(?1));
 
 -- name: stats
--- :delivered: whether to count the delivered rows (every retained one: the metrics scrape
--- and the health check leave it out, and the subquery then never runs).
+-- ?2: whether to count the delivered rows (every retained one: the metrics scrape and
+-- the health check leave it out, and the subquery then never runs).
 SELECT
-    (SELECT count(*) FROM deliveries WHERE state = 'pending'),
-    (SELECT count(*) FROM lanes WHERE due_at <= :now),
-    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > :now),
-    (SELECT count(*) FROM deliveries WHERE state = 'dead'),
-    CASE WHEN :delivered THEN (SELECT count(*) FROM deliveries WHERE state = 'delivered') END,
-    (SELECT min(created_at) FROM deliveries WHERE state = 'pending');
+    (SELECT count(*) FROM deliveries WHERE state = 'pending') AS pending,
+    (SELECT count(*) FROM lanes WHERE due_at <= ?1) AS due,
+    (SELECT count(*) FROM lanes WHERE lease_owner IS NOT NULL AND due_at > ?1) AS leased,
+    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS dead,
+    CASE WHEN ?2 THEN (SELECT count(*) FROM deliveries WHERE state = 'delivered') END
+        AS delivered,
+    (SELECT min(created_at) FROM deliveries WHERE state = 'pending') AS oldest;
 
 -- name: get_idempotency_key
 -- Unless it has expired (first seen before ?2), whether or not the purge has run.
@@ -271,12 +294,12 @@ SELECT seq, ids FROM idempotency_keys WHERE key = ?1 AND created_at >= ?2;
 
 -- name: put_idempotency_key
 -- (Replacing an expired key's row.)
-INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?, ?, ?, ?)
+INSERT INTO idempotency_keys (key, seq, ids, created_at) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, ids = excluded.ids,
     created_at = excluded.created_at;
 
 -- name: purge_idempotency_keys
--- At most ? of them (the oldest first), so a purge never holds the writer for long.
+-- At most ?2 of them (the oldest first), so a purge never holds the writer for long.
 DELETE FROM idempotency_keys WHERE key IN (
-    SELECT key FROM idempotency_keys WHERE created_at < ? ORDER BY created_at LIMIT ?
+    SELECT key FROM idempotency_keys WHERE created_at < ?1 ORDER BY created_at LIMIT ?2
 );

@@ -1,0 +1,616 @@
+"""The outbox and config-store algorithm, written once for every backend.
+
+:class:`SQLStore` implements the contracts of :mod:`.base` — what a publish writes (fan
+out, ``seq``, lanes), how a lane advances, what each outcome does to the delivery, its
+lane, its config and the config's failure clock, retention, replay — over one small
+interface, :class:`Tx`: a transaction that runs named queries. A backend supplies the SQL
+(its ``sql/<backend>/queries.sql``: the same names, the same positional parameters) and
+the transactions (:meth:`SQLStore._transaction`, :meth:`SQLStore._fetch`); how a backend
+claims due lanes stays its own (:meth:`SQLStore.claim_due`), since a single writer
+(SQLite) and many competing ones (PostgreSQL, ``SKIP LOCKED``) claim differently.
+
+The SQLite backend runs these coroutines inside its group-commit writer, where a query is
+a plain call that never suspends (:func:`run_sync`); the PostgreSQL backend awaits each
+query on a pooled connection. A behaviour fix to the outbox is made here, once.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ..endpoints import endpoint_of
+from ..errors import SecretDecryptionError, TooManyConfigsError
+from .base import (
+    Delivery,
+    DeliveryState,
+    InitialDelivery,
+    OutboxStats,
+    Outcome,
+    Renderer,
+    Store,
+    StoredConfig,
+    check_same_version,
+    has_config_side_effects,
+)
+from .paging import check_page_size, decode_page_token, encode_page_token
+from .rows import RowMapping, corrupt_state_reason
+from .secrets import SecretBox
+
+T = TypeVar("T")
+
+_PENDING = DeliveryState.PENDING.value
+
+Lease = tuple[float, float, str]
+"""(now, lease until, worker): lease the lane's next delivery to the worker if it is due."""
+
+
+class Tx(Protocol):
+    """One transaction of a backend, as the algorithm uses it. Queries are named (the
+    backend's ``queries.sql``) and take positional parameters."""
+
+    async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
+        """Serialize this transaction with every other one that reads and rewrites these
+        tasks' configs, lanes or ``seq`` (a no-op for a single writer); returns the
+        transaction's time: ``now``, or else the clock due times and leases go by."""
+
+    def clock_shift(self, at: float, now: float | None) -> float:
+        """How far the clock of ``at`` (see :meth:`lock_tasks`) is ahead of this
+        process's: added to times this process computed (a retry's due time)."""
+
+    async def try_lock_task(self, task_id: str) -> bool:
+        """:meth:`lock_tasks` for one task without waiting; False when it is taken."""
+
+    async def execute(self, query: str, *args: Any) -> int:
+        """Run a statement; the number of rows it changed."""
+
+    async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None: ...
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]: ...
+
+    async def fetchrow(self, query: str, *args: Any) -> Any | None: ...
+
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+
+    def array(self, values: Sequence[str]) -> Any:
+        """A list parameter as the backend's queries take it."""
+
+    def notify(self) -> None:
+        """Wake other processes' dispatchers once this transaction commits (work was
+        queued or released); a no-op where nothing listens."""
+
+
+def run_sync(step: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (one whose awaits are all plain calls, as on
+    the SQLite writer's connection) to its end, synchronously."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    step.close()
+    raise RuntimeError("a synchronous store transaction awaited something that suspends")
+
+
+class SQLStore(RowMapping, Store, abc.ABC):
+    """The store contracts over a backend's transactions (see the module docstring)."""
+
+    _box: SecretBox
+
+    # ---- what a backend provides -------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _transaction(self, op: Callable[[Tx], Awaitable[T]], *, sync: bool = True) -> T:
+        """Run ``op`` in a transaction and commit. ``sync=False`` marks bookkeeping
+        (claims, outcomes, releases, purges) whose loss on power failure only repeats
+        work: a backend may commit it without waiting for the disk."""
+
+    @abc.abstractmethod
+    async def _fetch(self, query: str, *args: Any) -> list[Any]:
+        """Rows of a read outside any write transaction."""
+
+    @abc.abstractmethod
+    def _array(self, values: Sequence[str]) -> Any:
+        """A list parameter for :meth:`_fetch` (see :meth:`Tx.array`)."""
+
+    async def _fetchrow(self, query: str, *args: Any) -> Any | None:
+        rows = await self._fetch(query, *args)
+        return rows[0] if rows else None
+
+    # ---- configs ----------------------------------------------------------------------
+
+    async def put_config(
+        self, config: StoredConfig, *, initial: InitialDelivery | None = None
+    ) -> StoredConfig:
+        sealed = self._box.seal(config.token, config.auth_credentials)
+        cap = self.options.max_configs_per_task
+        endpoint = endpoint_of(config.url)
+
+        async def op(tx: Tx) -> StoredConfig:
+            # The task's lock, held until commit: a concurrent put for the same task
+            # (another process) counts after this one's insert, so the cap holds; and a
+            # publish of the task waits for it, so it is ordered entirely before or after
+            # ``initial``.
+            at = await tx.lock_tasks([config.task_id], None if initial is None else initial.now)
+            found = await tx.fetchrow("find_config_key", config.task_id, config.owner, config.id)
+            if found is None:
+                if await tx.fetchval("count_task_configs", config.task_id) >= cap:
+                    raise TooManyConfigsError(config.task_id, cap)
+                await tx.execute(
+                    "insert_config",
+                    config.key,
+                    config.id,
+                    config.task_id,
+                    config.owner,
+                    config.tenant,
+                    config.url,
+                    endpoint,
+                    config.auth_scheme,
+                    sealed,
+                    config.protocol_version,
+                    config.enabled,
+                    config.disabled_reason,
+                    config.failing_since,
+                    config.created_at,
+                )
+                stored = config
+            else:
+                check_same_version(config, found["protocol_version"])
+                key = found["key"]
+                await tx.execute(
+                    "replace_config",
+                    key,
+                    config.tenant,
+                    config.url,
+                    endpoint,
+                    config.auth_scheme,
+                    sealed,
+                    config.protocol_version,
+                    config.enabled,
+                    config.disabled_reason,
+                )
+                await tx.execute("set_lanes_endpoint", endpoint, key)
+                if found["url"] != config.url:
+                    # Registered again at another URL: what waits for it is due now and
+                    # its retry steps start afresh (the backoff was the old URL's).
+                    await tx.execute("retry_config_afresh", key, at)
+                    await tx.execute("config_lanes_due_now", key, at)
+                stored = config.with_changes(
+                    key=key, created_at=found["created_at"], failing_since=None
+                )
+            if initial is not None:
+                _, ids = await _fan_out(
+                    tx,
+                    stored.task_id,
+                    initial.kind,
+                    initial.render,
+                    initial.new_id,
+                    only_config_key=stored.key,
+                    at=at,
+                    final=initial.final,
+                )
+                if ids:
+                    tx.notify()
+            return stored
+
+        return await self._transaction(op)
+
+    async def get_config(self, task_id: str, config_id: str, owner: str) -> StoredConfig | None:
+        row = await self._fetchrow("config_by_ids", task_id, owner, config_id)
+        return self._config_from_row(row) if row is not None else None
+
+    async def get_config_by_key(self, key: str) -> StoredConfig | None:
+        row = await self._fetchrow("config_by_key", key)
+        return self._config_from_row(row) if row is not None else None
+
+    async def list_configs(
+        self, task_id: str, owner: str, *, page_size: int = 100, page_token: str | None = None
+    ) -> tuple[list[StoredConfig], str | None]:
+        check_page_size(page_size)
+        after = decode_page_token(page_token) or ""
+        rows = await self._fetch("configs_page", task_id, owner, after, page_size + 1)
+        page = [self._config_from_row(r) for r in rows[:page_size]]
+        more = len(rows) > page_size
+        return page, encode_page_token(page[-1].id) if more and page else None
+
+    async def delete_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        async def op(tx: Tx) -> bool:
+            at = await tx.lock_tasks([task_id])
+            found = await tx.fetchrow("find_config_key", task_id, owner, config_id)
+            if found is None:
+                return False
+            await _dead_letter_config(tx, found["key"], "config deleted", at)
+            await tx.execute("delete_config", found["key"])
+            return True
+
+        return await self._transaction(op)
+
+    async def configs_for_task(self, task_id: str) -> list[StoredConfig]:
+        rows = await self._fetch("enabled_task_configs", task_id)
+        return [self._config_from_row(r) for r in rows]
+
+    async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
+        async def op(tx: Tx) -> bool:
+            task_id = await tx.fetchval("config_task", key)
+            if task_id is None:
+                return False
+            at = await tx.lock_tasks([task_id])
+            return await _set_enabled(tx, key, enabled, reason, at)
+
+        return await self._transaction(op)
+
+    async def reencrypt_secrets(self, previous_keys: Sequence[str] | None = None) -> int:
+        """Re-seal every stored secret with the current primary key.
+
+        ``previous_keys``: the keys the rows are sealed with now (None: in clear), for
+        turning encryption on; rotation within ``encryption_keys`` needs no argument.
+        """
+        old = SecretBox(previous_keys)
+        box = self._box
+
+        async def op(tx: Tx) -> int:
+            rows = await tx.fetch("all_config_secrets")
+            updates = []
+            for row in rows:
+                sealed = row["secrets"]
+                try:
+                    token, credentials = old.open(sealed)
+                except SecretDecryptionError:
+                    token, credentials = box.open(sealed)
+                updates.append((box.seal(token, credentials), row["key"]))
+            await tx.executemany("set_config_secrets", updates)
+            return len(rows)
+
+        return await self._transaction(op)
+
+    # ---- outbox -----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task_id: str,
+        kind: str,
+        render: Renderer,
+        *,
+        new_id: Callable[[], str],
+        only_config_key: str | None = None,
+        now: float | None = None,
+        idempotency_key: str | None = None,
+        idempotency_since: float | None = None,
+        final: bool = False,
+    ) -> tuple[int, list[str]]:
+        since = float("-inf") if idempotency_since is None else idempotency_since
+
+        async def op(tx: Tx) -> tuple[int, list[str]]:
+            # Publishes of one task take turns (across processes): seq follows commit
+            # order, so a lane's FIFO by seq is the order events were accepted in. The
+            # event is due from the transaction's time: claims go by that clock.
+            at = await tx.lock_tasks([task_id], now)
+            if idempotency_key is not None:
+                # Under the task's lock: a retry racing the first attempt waits for it.
+                row = await tx.fetchrow("get_idempotency_key", idempotency_key, since)
+                if row is not None:
+                    return int(row["seq"]), json.loads(row["ids"])
+            seq, ids = await _fan_out(
+                tx,
+                task_id,
+                kind,
+                render,
+                new_id,
+                only_config_key=only_config_key,
+                at=at,
+                final=final,
+            )
+            if idempotency_key is not None:
+                await tx.execute("put_idempotency_key", idempotency_key, seq, json.dumps(ids), at)
+            if ids:
+                tx.notify()
+            return seq, ids
+
+        return await self._transaction(op)
+
+    async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
+        async def op(tx: Tx) -> int:
+            rows = await tx.fetch("final_tasks_to_purge", final_before, limit)
+            candidates = [row["task_id"] for row in rows]
+            if not candidates:
+                return 0
+            # The tasks' locks first, as publishes and registrations take them (then
+            # their task_seq row): none is half done, and no deadlock. Checked again
+            # under them, in a statement that sees what committed meanwhile.
+            await tx.lock_tasks(candidates)
+            rows = await tx.fetch("forget_tasks_final", tx.array(candidates), final_before)
+            tasks = [row["task_id"] for row in rows]
+            if tasks:
+                await tx.execute("delete_tasks_configs", tx.array(tasks))
+            return len(tasks)
+
+        return await self._transaction(op, sync=False)
+
+    async def purge_idempotency_keys(self, *, created_before: float, limit: int = 1000) -> int:
+        async def op(tx: Tx) -> int:
+            return await tx.execute("purge_idempotency_keys", created_before, limit)
+
+        return await self._transaction(op, sync=False)
+
+    async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
+        if not outcomes:
+            return
+
+        async def op(tx: Tx) -> None:
+            at = await tx.lock_tasks([o.task_id for o in outcomes], now)
+            shift = tx.clock_shift(at, now)
+            for o in outcomes:
+                await _apply_outcome(tx, o, at, shift=shift)
+
+        await self._transaction(op, sync=False)
+
+    async def complete_and_claim_next(
+        self,
+        outcome: Outcome,
+        *,
+        lease_seconds: float,
+        worker_id: str,
+        now: float | None = None,
+    ) -> Delivery | None:
+        async def op(tx: Tx) -> Any | None:
+            # The lease runs from the transaction's time once the lock is held.
+            at = await tx.lock_tasks([outcome.task_id], now)
+            lease = (at, at + lease_seconds, worker_id)
+            head_id = await _apply_outcome(
+                tx, outcome, at, shift=tx.clock_shift(at, now), lease_next=lease
+            )
+            if head_id is None:
+                return None
+            return await tx.fetchrow("delivery_with_config", head_id)
+
+        row = await self._transaction(op, sync=False)
+        return None if row is None else self._claimed_from_row(row)
+
+    async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
+        if not delivery_ids:
+            return
+
+        async def op(tx: Tx) -> None:
+            if await tx.execute("release_lanes", tx.array(list(delivery_ids)), worker_id):
+                tx.notify()
+
+        await self._transaction(op, sync=False)
+
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        row = await self._fetchrow("delivery_by_id", delivery_id)
+        return self._delivery_from_row(row) if row is not None else None
+
+    async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
+        if not delivery_ids:
+            return 0
+
+        async def op(tx: Tx) -> int:
+            ids = tx.array(list(delivery_ids))
+            tasks = [r["task_id"] for r in await tx.fetch("dead_delivery_tasks", ids)]
+            if not tasks:
+                return 0
+            # Replayed deliveries are due from the transaction's time (claims go by it).
+            at = await tx.lock_tasks(tasks, now)
+            # Re-checked under the locks; only the locked tasks' deliveries are touched.
+            rows = await tx.fetch("replay_deliveries", at, ids, tx.array(tasks))
+            for config_key, task_id in sorted({(r["config_key"], r["task_id"]) for r in rows}):
+                await _advance_lane(tx, config_key, task_id, keep_lease=True)
+            if rows:
+                tx.notify()
+            return len(rows)
+
+        return await self._transaction(op)
+
+    async def purge(self, state: DeliveryState, *, updated_before: float, limit: int = 1000) -> int:
+        if state is DeliveryState.PENDING:
+            raise ValueError("pending deliveries are never purged")
+
+        async def op(tx: Tx) -> int:
+            return await tx.execute("purge_deliveries", state.value, updated_before, limit)
+
+        return await self._transaction(op, sync=False)
+
+    async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
+        row = await self._fetchrow("stats", self._stats_now(now), count_delivered)
+        assert row is not None
+        return OutboxStats(
+            pending=row["pending"],
+            due=row["due"],
+            leased=row["leased"],
+            dead=row["dead"],
+            delivered=row["delivered"],
+            oldest_pending_created_at=row["oldest"],
+        )
+
+    def _stats_now(self, now: float | None) -> float | None:
+        """The time ``stats`` counts due and leased lanes at (None: the backend's clock)."""
+        return time.time() if now is None else now
+
+    # ---- claims -----------------------------------------------------------------------
+
+    @staticmethod
+    async def _repair_lane(tx: Tx, row: Any, at: float) -> None:
+        """A claimed lane whose head is no longer pending (never expected): a state that is
+        none of ours is dead-lettered with the reason, and the lane moves to its next
+        pending delivery. Only if the task is free: a claim must never wait on a lock
+        while it holds lane rows, or it could deadlock with a completion."""
+        if not await tx.try_lock_task(row["lane_task_id"]):
+            return
+        reason = corrupt_state_reason(row["state"])
+        await tx.execute("dead_letter_corrupt_state", reason, at, row["id"])
+        await _advance_lane(tx, row["lane_config_key"], row["lane_task_id"], now=at)
+
+    @staticmethod
+    def _is_pending(row: Any) -> bool:
+        return bool(row["state"] == _PENDING)
+
+
+# ---- the algorithm's steps, inside a transaction holding the task's lock ---------------
+
+
+async def _fan_out(
+    tx: Tx,
+    task_id: str,
+    kind: str,
+    render: Renderer,
+    new_id: Callable[[], str],
+    *,
+    only_config_key: str | None,
+    at: float,
+    final: bool = False,
+) -> tuple[int, list[str]]:
+    """Fan an event out to the task's enabled configs (or only ``only_config_key``): the
+    task's next ``seq``, one delivery per config, each config's lane opened if it has
+    none. A final event's time is kept for retention; an event that is not final forgets
+    it, also when every config is disabled (nothing is queued then, no seq is used)."""
+    configs = await tx.fetch("enqueue_targets", task_id)
+    targets = [
+        (row["key"], row["protocol_version"], row["endpoint"])
+        for row in configs
+        if row["enabled"] and (only_config_key is None or row["key"] == only_config_key)
+    ]
+    if not targets:
+        if configs:  # none enabled: no seq used, but the task's end still counts
+            await tx.execute("record_task_final", task_id, at if final else None)
+        return 0, []
+    # Every body first: a render that fails leaves nothing written (the transaction
+    # rolls back before any delivery row exists).
+    bodies: dict[str, bytes] = {}
+    for _, version, _ in targets:
+        if version not in bodies:
+            bodies[version] = render(version)
+    seq: int = await tx.fetchval("next_task_seq", task_id, at if final else None)
+    rows, lanes, ids = [], [], []
+    for key, version, endpoint in targets:
+        delivery_id = new_id()
+        ids.append(delivery_id)
+        rows.append((delivery_id, key, task_id, seq, kind, bodies[version], at))
+        lanes.append((key, task_id, delivery_id, at, endpoint))
+    await tx.executemany("insert_delivery", rows)
+    await tx.executemany("open_lane", lanes)
+    return seq, ids
+
+
+async def _apply_outcome(
+    tx: Tx,
+    o: Outcome,
+    at: float,
+    *,
+    shift: float = 0.0,
+    lease_next: Lease | None = None,
+) -> str | None:
+    """Record ``o``; with ``lease_next``, also lease the lane's next delivery if it is due
+    now and return its id.
+
+    ``at`` is the transaction's time. A retry's or deferral's ``o.next_attempt_at`` is on
+    the worker's clock (its retry policy or breaker computed it): ``shift`` puts it on
+    the clock claims go by, so that a pause shorter than the worker's skew is not due at
+    once (a worker behind the database would claim, defer and claim again in a loop)."""
+    leased: str | None = None
+    changed = 0
+    if await _leased_to_another(tx, o):
+        pass  # another worker took the lane over: its outcome is the one that counts
+    elif o.kind == "defer":
+        assert o.next_attempt_at is not None
+        changed = await tx.execute("defer_delivery", o.next_attempt_at + shift, at, o.delivery_id)
+    elif o.kind == "retry":
+        assert o.next_attempt_at is not None
+        changed = await tx.execute(
+            "retry_delivery",
+            o.attempts,
+            o.status,
+            o.error,
+            o.next_attempt_at + shift,
+            at,
+            o.delivery_id,
+        )
+    else:
+        state = "delivered" if o.kind == "delivered" else "dead"
+        changed = await tx.execute(
+            "finish_delivery", state, o.attempts, o.status, o.error, at, o.delivery_id
+        )
+    if changed:
+        if lease_next is not None and o.disable_config is None and o.kind != "defer":
+            leased = await _advance_lane(tx, o.config_key, o.task_id, lease_next=lease_next, now=at)
+        else:
+            await _advance_lane(tx, o.config_key, o.task_id, now=at)
+        if o.kind == "dead" and o.disable_config is None:
+            # The config's failure clock measures failing without a break in the work:
+            # nothing of it pending, it stops.
+            await tx.execute("clear_config_failing_if_idle", o.config_key)
+    # The config side effects apply either way: they are facts about the endpoint.
+    if not has_config_side_effects(o):
+        return leased
+    if o.config_url is not None:
+        url = await tx.fetchval("config_url", o.config_key)
+        if url != o.config_url:
+            return leased  # registered again elsewhere since: not about this config now
+    if o.config_failing_since is not None:
+        await tx.execute("set_config_failing_since", o.config_failing_since, o.config_key)
+    if o.clear_config_failing:
+        await tx.execute("clear_config_failing", o.config_key)
+    if o.disable_config is not None:
+        await _set_enabled(tx, o.config_key, False, o.disable_config, at)
+    return leased
+
+
+async def _leased_to_another(tx: Tx, o: Outcome) -> bool:
+    """Whether a worker other than ``o.worker_id`` holds the lane's lease now. Locks the
+    lane row, so no claim can take the lane over between this check and the outcome."""
+    if o.worker_id is None:
+        return False
+    owner = await tx.fetchval("lock_lane_lease_owner", o.config_key, o.task_id)
+    return owner is not None and owner != o.worker_id
+
+
+async def _advance_lane(
+    tx: Tx,
+    config_key: str,
+    task_id: str,
+    *,
+    keep_lease: bool = False,
+    lease_next: Lease | None = None,
+    now: float | None = None,
+) -> str | None:
+    """Point the lane at its lowest-seq pending delivery, or drop it when empty.
+
+    With ``lease_next`` and that delivery due now, lease the lane to the worker in the
+    same statement and return the delivery's id. Otherwise the lane is due at its head's
+    next attempt, but not before ``now``: a lane that keeps getting work queues behind
+    the lanes already waiting (round robin between lanes).
+    """
+    head = await tx.fetchrow("lane_head", config_key, task_id)
+    if head is None:
+        await tx.execute("delete_lane", config_key, task_id)
+        return None
+    if lease_next is not None and head["next_attempt_at"] <= lease_next[0]:
+        _, until, worker = lease_next
+        if await tx.execute("lease_lane_head", head["id"], until, worker, config_key, task_id):
+            return str(head["id"])
+    if keep_lease:
+        lane = await tx.fetchrow("lane_lease_owner", config_key, task_id)
+        if lane is not None and lane["lease_owner"] is not None:
+            # In flight: the worker's outcome will advance the lane; just fix the head.
+            await tx.execute("set_lane_head_only", head["id"], config_key, task_id)
+            return None
+    due = head["next_attempt_at"] if now is None else max(head["next_attempt_at"], now)
+    await tx.execute("set_lane_head", config_key, task_id, head["id"], due)
+    return None
+
+
+async def _set_enabled(tx: Tx, key: str, enabled: bool, reason: str | None, now: float) -> bool:
+    changed = bool(
+        await tx.execute("set_config_enabled", enabled, None if enabled else reason, key)
+    )
+    if changed and not enabled:
+        await _dead_letter_config(tx, key, f"config disabled: {reason or 'no reason given'}", now)
+    return changed
+
+
+async def _dead_letter_config(tx: Tx, key: str, reason: str, now: float) -> None:
+    """The config's pending deliveries become dead letters, except those in flight (their
+    workers' outcomes say what became of them); its idle lanes go."""
+    await tx.execute("dead_letter_config_deliveries", reason, now, key)
+    await tx.execute("delete_config_lanes", key)
