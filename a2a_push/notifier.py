@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic_core import PydanticSerializationError
 
 from .delivery.dispatcher import Dispatcher, DispatcherOptions, longest_claim
 from .delivery.health import EndpointHealth
@@ -35,18 +34,16 @@ from .ids import new_config_id, new_delivery_id, new_key
 from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
 from .protocol.types import (
-    Artifact,
-    Part,
     PushNotificationEvent,
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskStatus,
     TaskStatusUpdateEvent,
     id_problem,
 )
-from .protocol.v03 import artifact_update_to_v03, status_update_to_v03, task_to_v03
+from .protocol.webhook_body import TRUNCATED_FLAG as TRUNCATED_FLAG
+from .protocol.webhook_body import body_renderer
 from .signing import KeySet, WebhookSigner
 from .signing import standard_webhooks as stdwh
 from .store import (
@@ -65,12 +62,6 @@ TaskProvider = Callable[[str], Awaitable[Task | None]]
 """Returns the current snapshot of a task (for the first notification to a new config)."""
 
 JWKS_PATH = "/.well-known/jwks.json"
-
-TRUNCATED_FLAG = "a2a-push/truncated"
-"""Metadata key set on an event sent slimmed because it exceeded the payload limit."""
-
-
-_TRUNCATED_NOTE = "(content left out: over the webhook size limit; fetch the task with GetTask)"
 
 
 @dataclass(frozen=True)
@@ -482,22 +473,7 @@ class PushNotifier:
         return PublishResult(seq, ids)
 
     def _renderer(self, event: PushNotificationEvent, task: Task | None) -> Callable[[str], bytes]:
-        limit = self.max_payload_bytes
-
-        def render(version: str) -> bytes:
-            try:
-                if version == VERSION_0_3:
-                    return _render_v03(event, task, limit)
-                return _render_v10(event, limit)
-            except (ValueError, TypeError, UnicodeError, PydanticSerializationError) as exc:
-                # Left to fail here: a string the models let through that UTF-8 cannot
-                # encode (a lone surrogate in an id or in metadata). Nothing is queued.
-                raise ValueError(
-                    f"the event cannot be sent as JSON ({type(exc).__name__}: "
-                    f"{str(exc)[:200]}); check its strings for lone surrogates"
-                ) from None
-
-        return render
+        return body_renderer(event, task, self.max_payload_bytes)
 
     # ---- configs --------------------------------------------------------------------------
 
@@ -838,7 +814,7 @@ def _check_lease(options: DispatcherOptions, retry: RetryPolicy, timeouts: Timeo
         )
 
 
-# ---- rendering ----------------------------------------------------------------------------
+# ---- helpers ------------------------------------------------------------------------------
 
 
 async def _in_batches(purge: Callable[..., Awaitable[int]], batch: int) -> int:
@@ -864,89 +840,6 @@ def _kind_of(event: PushNotificationEvent) -> str:
     if isinstance(event, TaskStatusUpdateEvent):
         return "statusUpdate"
     return "artifactUpdate"
-
-
-_STREAM_KEYS = {
-    Task: b'{"task":',
-    TaskStatusUpdateEvent: b'{"statusUpdate":',
-    TaskArtifactUpdateEvent: b'{"artifactUpdate":',
-}
-
-
-def _render_v10(event: PushNotificationEvent, limit: int) -> bytes:
-    # The StreamResponse wrapper written around the event's own JSON: the same bytes as
-    # StreamResponse.wrap(event).to_json_bytes(), without building and validating it.
-    body = _STREAM_KEYS[type(event)] + event.to_json_bytes() + b"}"
-    if len(body) <= limit:
-        return body
-    return _slimmed(event, limit, lambda e: _STREAM_KEYS[type(e)] + e.to_json_bytes() + b"}")
-
-
-def _render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> bytes:
-    def dump(e: PushNotificationEvent) -> bytes:
-        if isinstance(e, Task):
-            data = task_to_v03(e)
-        elif task is not None:
-            data = task_to_v03(task)  # v0.3 receivers expect the whole task
-        elif isinstance(e, TaskStatusUpdateEvent):
-            data = status_update_to_v03(e)
-        else:
-            data = artifact_update_to_v03(e)
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-    body = dump(event)
-    if len(body) <= limit:
-        return body
-    if task is not None:
-        slim_task = _slim(task)
-        assert isinstance(slim_task, Task)
-        task = slim_task
-    return _slimmed(event, limit, dump)
-
-
-def _slimmed(
-    event: PushNotificationEvent,
-    limit: int,
-    dump: Callable[[PushNotificationEvent], bytes],
-) -> bytes:
-    """``dump`` of the slimmed event; an artifact update still over ``limit`` so loses its
-    artifact's name too."""
-    body = dump(_slim(event))
-    if len(body) > limit and isinstance(event, TaskArtifactUpdateEvent):
-        body = dump(_slim(event, keep_name=False))
-    return body
-
-
-def _slim(event: PushNotificationEvent, *, keep_name: bool = True) -> PushNotificationEvent:
-    """The event without its large parts, flagged; the receiver's GetTask gets the rest.
-    ``keep_name=False``: an artifact's name goes too (for when it is large itself)."""
-    flag = {TRUNCATED_FLAG: True}
-    if isinstance(event, Task):
-        return Task(
-            id=event.id,
-            context_id=event.context_id,
-            status=TaskStatus(state=event.status.state, timestamp=event.status.timestamp),
-            metadata=flag,
-        )
-    if isinstance(event, TaskStatusUpdateEvent):
-        return TaskStatusUpdateEvent(
-            task_id=event.task_id,
-            context_id=event.context_id,
-            status=TaskStatus(state=event.status.state, timestamp=event.status.timestamp),
-            metadata=flag,
-        )
-    return TaskArtifactUpdateEvent(
-        task_id=event.task_id,
-        context_id=event.context_id,
-        artifact=Artifact(
-            artifact_id=event.artifact.artifact_id,
-            name=event.artifact.name if keep_name else None,
-            parts=[Part(text=_TRUNCATED_NOTE)],
-        ),
-        append=event.append,
-        last_chunk=event.last_chunk,
-        metadata=flag,
-    )
 
 
 def _from_json_hint(value: object) -> str:

@@ -2,7 +2,7 @@
 
 Target: >= 2,000/s, with ``GetTask`` calls coalesced per task. Three processes:
 
-- this one runs the receiver (``receiver.app.create_app``, SQLite store) on 127.0.0.1,
+- this one runs the receiver (``receiver.api.create_app``, SQLite store) on 127.0.0.1,
   so it has a core of its own while the load runs;
 - ``benchmarks.loadgen`` posts pre-signed webhooks with a fixed concurrency over
   keep-alive connections (its own process, so signing and sending cost nothing here);
@@ -49,7 +49,7 @@ from a2a_push.protocol.constants import (
 )
 from a2a_push.protocol.types import StreamResponse
 from a2a_push.signing import KeySet, WebhookSigner
-from receiver.app import RECEIVER, create_app
+from receiver.api import RECEIVER, create_app
 from receiver.settings import WEBHOOK_PATH, ReceiverSettings
 from receiver.sqlite_store import SQLiteReceiverStore
 from receiver.store import Subscription, SubscriptionState

@@ -4,7 +4,8 @@
 embeddable core; ``create_app`` wraps it in an aiohttp application.
 """
 
-from .app import Receiver, create_app
+from .api import create_app
+from .core import Receiver
 from .settings import AgentSettings, ReceiverSettings, SettingsError, load_settings
 from .store import ReceiverStore, Subscription, TaskEvent, TaskSnapshot
 from .verify import (

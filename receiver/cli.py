@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     """Serve in this process (a single receiver, or one worker) until interrupted."""
-    from .app import Receiver, create_app
+    from .api import create_app
+    from .core import Receiver
     from .metrics import MULTIPROCESS_ENV, ReceiverMetrics
 
     if args.worker:
@@ -234,7 +235,7 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     import asyncio
     import tempfile
 
-    from .app import Receiver
+    from .core import Receiver
     from .metrics import MULTIPROCESS_ENV
 
     async def prepare() -> None:

@@ -287,7 +287,7 @@ def _comparable(url: str) -> str:
 
 
 def check_database(value: str) -> str:
-    """``value`` if the receiver can open it (:func:`receiver.app.open_receiver_store`)."""
+    """``value`` if the receiver can open it (:func:`receiver.core.open_receiver_store`)."""
     return check_db(value, example="receiver.db", service="receiver")
 
 

@@ -27,7 +27,8 @@ from a2a_push.protocol.constants import (
 )
 from a2a_push.signing import KeySet, WebhookSigner
 from examples.mock_agent import create_app as create_agent_app
-from receiver.app import RECEIVER, Receiver, create_app
+from receiver.api import RECEIVER, create_app
+from receiver.core import Receiver
 from receiver.settings import ReceiverSettings
 from receiver.store import Subscription, SubscriptionState
 from receiver.verify import token_digest

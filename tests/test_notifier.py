@@ -1380,26 +1380,6 @@ async def _stats_delivered(n: PushNotifier) -> bool:
     return bool(await n.store.list_deliveries(DeliveryFilter(state=DeliveryState.DELIVERED)))
 
 
-def test_v10_body_is_exactly_the_stream_response() -> None:
-    from a2a_push.notifier import _render_v10
-    from a2a_push.protocol.types import StreamResponse
-
-    events = [
-        task("t1", TaskState.WORKING),
-        status("t1", TaskState.COMPLETED, text="x"),
-        TaskArtifactUpdateEvent(
-            task_id="t1",
-            context_id="ctx",
-            artifact=Artifact(artifact_id="a", parts=[Part(text="é ✓")]),
-            last_chunk=True,
-        ),
-    ]
-    for event in events:
-        body = _render_v10(event, 1 << 20)
-        assert body == StreamResponse.wrap(event).to_json_bytes()
-        assert StreamResponse.model_validate_json(body).event == event
-
-
 async def test_a_malformed_whsec_secret_is_refused_at_registration(
     make_notifier: MakeNotifier, sink: WebhookSink
 ) -> None:

@@ -13,7 +13,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from receiver.app import RECEIVER, create_app
+from receiver.api import RECEIVER, create_app
 from receiver.settings import ReceiverSettings
 from receiver.store import Subscription, SubscriptionState, TaskEvent
 from receiver.verify import token_digest

@@ -187,7 +187,7 @@ async def test_jwt_from_an_untrusted_issuer_is_refused(
     sub, _ = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
     token = rig.jwt("a", body, sub, issuer="http://evil.test")
-    with caplog.at_level("WARNING", logger="receiver.app"):
+    with caplog.at_level("WARNING", logger="receiver.core"):
         answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
     # Unverified (no agent's keys were tried): not echoed to the caller, who is told
     # what to set if it is one of ours; the operator finds the issuer in the log.
@@ -207,14 +207,14 @@ async def test_an_untrusted_issuer_is_logged_on_one_line_and_never_echoed(
     body = status_update("task-1")
     issuer = "http://x.test/<script>\n2025-01-01 00:00:00 INFO forged: ok\r" + "A" * 500
     token = rig.jwt("a", body, sub, issuer=issuer)
-    with caplog.at_level("WARNING", logger="receiver.app"):
+    with caplog.at_level("WARNING", logger="receiver.core"):
         answer = await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
     assert "x.test" not in answer["message"] and "forged" not in answer["message"]
     assert "<script>" not in answer["message"]
     logged = [
         r.getMessage()
         for r in caplog.records
-        if r.levelname == "WARNING" and r.name == "receiver.app" and "x.test" in r.getMessage()
+        if r.levelname == "WARNING" and r.name == "receiver.core" and "x.test" in r.getMessage()
     ]
     assert len(logged) == 1, caplog.text
     line = logged[0]
@@ -727,14 +727,14 @@ async def test_an_untrusted_issuer_is_a_warning_once_then_debug(
     issuer, and repeating it cannot flood the log at WARNING."""
     sub, _ = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
-    with caplog.at_level("DEBUG", logger="receiver.app"):
+    with caplog.at_level("DEBUG", logger="receiver.core"):
         for issuer in ("http://one.test", "http://one.test", "http://two.test", "http://one.test"):
             token = rig.jwt("a", body, sub, issuer=issuer)
             await _refused(rig, body, _with_jwt(token), 401, "unknown_issuer")
     named = [
         (r.levelname, "one.test" in r.getMessage())
         for r in caplog.records
-        if r.name == "receiver.app" and "names issuer" in r.getMessage()
+        if r.name == "receiver.core" and "names issuer" in r.getMessage()
     ]
     assert named == [("WARNING", True), ("DEBUG", True), ("WARNING", False), ("DEBUG", True)]
 

@@ -18,8 +18,10 @@ from aiohttp.test_utils import TestServer
 
 from a2a_push.protocol.constants import HEADER_SIGNATURE, HEADER_WEBHOOK_ID
 from a2a_push.signing import KeySet, WebhookSigner
-from receiver.app import RECEIVER, Receiver, create_app
+from receiver.api import RECEIVER, create_app
+from receiver.core import Receiver
 from receiver.settings import ReceiverSettings
+from receiver.store import Subscription, SubscriptionState, TaskSnapshot
 
 from .receiver_support import status_update
 
@@ -442,3 +444,59 @@ def _bare_jwt(keys: KeySet, issuer: str, audience: str, jti: str, body: bytes) -
     der = key.private_key.sign(signing_input, ec.ECDSA(hashes.SHA256()))  # type: ignore[arg-type, call-arg]
     r, s = decode_dss_signature(der)
     return (signing_input + b"." + b64(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
+
+
+# ---- the core's event streams, without HTTP ------------------------------------------------
+
+
+def _snapshot(task_id: str, state: str, generation: int) -> TaskSnapshot:
+    return TaskSnapshot(
+        agent_url="http://agent.test",
+        task_id=task_id,
+        context_id="ctx",
+        state=state,
+        final=state == "TASK_STATE_COMPLETED",
+        status_timestamp=None,
+        generation=generation,
+        task={"id": task_id, "contextId": "ctx", "status": {"state": state}},
+        updated_at=float(generation),
+    )
+
+
+async def test_client_events_streams_a_clients_events_to_an_embedder(tmp_path: Path) -> None:
+    """``Receiver.client_events``, what GET /events writes out: the client's events past
+    ``after`` (not another client's), None while idle, events stored later as they come;
+    counted while open; ``end_streams()`` ends it."""
+    settings = _settings(tmp_path, [{"url": "http://agent.test", "auth": ["token"]}])
+    async with Receiver(settings) as receiver:
+        store = receiver.store
+        for n, (client, task_id) in enumerate([("alice", "t1"), ("bob", "t2")]):
+            await store.add_subscription(
+                Subscription(
+                    id=f"sub_{n}",
+                    client_id=client,
+                    agent_url="http://agent.test",
+                    task_id=task_id,
+                    token_digest=f"digest-{n}",
+                    state=SubscriptionState.ACTIVE,
+                    created_at=1.0,
+                )
+            )
+        first = await store.save_snapshot(_snapshot("t1", "TASK_STATE_WORKING", 1))
+        assert first is not None
+        assert await store.save_snapshot(_snapshot("t2", "TASK_STATE_WORKING", 1))
+        assert receiver.streams == 0
+        async with receiver.client_events("alice", after=0, idle=0.05) as stream:
+            assert receiver.streams == 1
+            assert await anext(stream) == first
+            assert await anext(stream) is None  # bob's event is not alice's
+            last = await store.save_snapshot(_snapshot("t1", "TASK_STATE_COMPLETED", 2))
+            assert last is not None
+            async with asyncio.timeout(10):
+                while (event := await anext(stream)) is None:
+                    pass
+            assert event == last
+            receiver.end_streams()
+            async with asyncio.timeout(10):
+                assert [e async for e in stream] == []
+        assert receiver.streams == 0

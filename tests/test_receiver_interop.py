@@ -56,7 +56,8 @@ from a2a_push.signing import standard_webhooks
 from examples.a2a_sdk_agent import asgi_handler
 from examples.mock_agent import agent_card as mock_agent_card
 from examples.mock_agent import create_app as create_mock_agent_app
-from receiver.app import RECEIVER, Receiver, create_app
+from receiver.api import RECEIVER, create_app
+from receiver.core import Receiver
 from receiver.settings import WEBHOOK_PATH, ReceiverSettings
 
 from .receiver_support import API_KEY, sse_frames

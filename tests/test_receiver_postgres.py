@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from a2a_push.errors import StoreUnusableError
-from receiver.app import RECEIVER, create_app
+from receiver.api import RECEIVER, create_app
 from receiver.postgres_store import PostgresReceiverStore
 from receiver.settings import ReceiverSettings
 from receiver.store import Subscription, SubscriptionState

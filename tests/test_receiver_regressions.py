@@ -31,7 +31,8 @@ from a2a_push.protocol.constants import (
 )
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import KeySet, WebhookSigner
-from receiver.app import RECEIVER, Receiver, card_jwks_uri, create_app
+from receiver.api import RECEIVER, create_app
+from receiver.core import Receiver, card_jwks_uri
 from receiver.settings import ReceiverSettings, load_settings
 from receiver.store import Subscription, SubscriptionState
 from receiver.verify import MAX_JWKS_BYTES, token_digest

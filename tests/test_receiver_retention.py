@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from receiver.agent_client import AgentClient
-from receiver.app import RECEIVER, create_app
+from receiver.api import RECEIVER, create_app
 from receiver.fetcher import TaskFetcher
 from receiver.metrics import ReceiverMetrics
 from receiver.settings import AgentSettings, ReceiverSettings

@@ -457,7 +457,7 @@ def test_the_command_refuses_unusable_agent_options_with_exit_2_and_no_traceback
 
 
 async def test_a_failed_start_closes_the_http_session_and_the_store(tmp_path: Path) -> None:
-    from receiver.app import Receiver
+    from receiver.core import Receiver
     from receiver.settings import ReceiverSettings
 
     settings = ReceiverSettings.model_validate(
@@ -512,7 +512,7 @@ def test_postgres_sqlite_urls_and_file_paths_are_databases(database: str) -> Non
 
 
 def test_the_store_refuses_an_unvalidated_database_url_too(tmp_path: Path) -> None:
-    from receiver.app import open_receiver_store
+    from receiver.core import open_receiver_store
     from receiver.settings import ReceiverSettings
 
     settings = ReceiverSettings(data_dir=tmp_path).model_copy(update={"database": "mysql://x/y"})

@@ -21,7 +21,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from a2a_push.store.sql import queries
-from receiver.app import RECEIVER, Receiver, create_app
+from receiver.api import RECEIVER, create_app
+from receiver.core import Receiver
 from receiver.settings import ReceiverSettings
 from receiver.sqlite_store import SQLiteReceiverStore
 from receiver.store import ReceiverStore, Subscription, SubscriptionState, TaskSnapshot

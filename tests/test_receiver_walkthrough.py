@@ -24,7 +24,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from examples.mock_agent import create_app as create_agent_app
-from receiver.app import create_app
+from receiver.api import create_app
 from receiver.postgres_store import PostgresReceiverStore
 
 from .conftest import postgres_schema, require_postgres

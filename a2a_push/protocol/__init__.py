@@ -1,4 +1,5 @@
-"""A2A protocol layer: v1.0 types, v0.3 conversion, JSON-RPC envelope, wire constants."""
+"""A2A protocol layer: v1.0 types, v0.3 conversion, JSON-RPC envelope, wire constants,
+webhook bodies (``webhook_body``)."""
 
 from a2a_push.protocol.jsonrpc import (
     A2AError,

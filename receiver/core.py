@@ -1,14 +1,13 @@
-"""The receiver: webhook endpoint, subscriptions, client API (REST + SSE), health, metrics.
+"""The receiver's core: webhooks, subscriptions, fetching, snapshots, client events.
 
-``Receiver`` is the embeddable core (``await receiver.handle_webhook(...)``,
-``receiver.on_update(callback)``); ``create_app(settings)`` wraps it in an aiohttp
-application; ``python -m receiver`` / ``a2a-push receiver`` run that.
+``Receiver`` is embeddable (``await receiver.handle_webhook(...)``,
+``receiver.on_update(callback)``); :func:`receiver.api.create_app` wraps it in an
+aiohttp application; ``python -m receiver`` / ``a2a-push receiver`` run that.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import functools
 import hmac
@@ -20,21 +19,15 @@ import os
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from a2a_push.errors import A2APushError, StoreUnavailableError
 from a2a_push.httputil import read_at_most
-from a2a_push.protocol.constants import (
-    A2A_MEDIA_TYPE,
-    HEADER_RETRY_AFTER,
-    HEADER_WEBHOOK_SIGNATURE,
-)
+from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
 from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.store import is_postgres_url
@@ -42,13 +35,12 @@ from a2a_push.store import is_postgres_url
 from .agent_client import AgentCallError, AgentClient
 from .fetcher import TaskFetcher
 from .metrics import ReceiverMetrics
-from .settings import WEBHOOK_PATH, AgentSettings, ReceiverSettings, check_database
+from .settings import AgentSettings, ReceiverSettings, check_database
 from .sqlite_store import SQLiteReceiverStore
 from .store import (
     Notification,
     ReceiverStore,
     Subscription,
-    SubscriptionPosition,
     SubscriptionState,
     TaskEvent,
 )
@@ -75,13 +67,8 @@ from .verify import (
 log = logging.getLogger(__name__)
 
 JSON_TYPES: Final = frozenset({A2A_MEDIA_TYPE, "application/json"})
-KEEPALIVE_SECONDS: Final = 15.0
 API_KEYS_FILE: Final = "api-keys.json"
-_EVENTS_PAGE: Final = 500
-_MAX_EVENT_ID: Final = 2**63 - 1
-_PAGE_DEFAULT: Final = 100
-_PAGE_MAX: Final = 1000
-_MAX_CURSOR_LENGTH: Final = 2048
+_EVENTS_PAGE: Final = 500  # events read from the store at once for a client's stream
 BODY_HASH_RETENTION_SECONDS: Final = 3600.0
 _CREATE_MARGIN_SECONDS: Final = 10.0
 _V03_KINDS: Final = {
@@ -121,14 +108,14 @@ def error_body(reason: str, message: str) -> dict[str, Any]:
 STORE_RETRY_AFTER: Final = 2  # seconds a 503 for a store outage asks callers to wait
 
 
-def _unavailable_body() -> dict[str, Any]:
+def unavailable_body() -> dict[str, Any]:
     # The cause (a host, a driver message) is for the operator's log, not for callers.
     return error_body(
         "unavailable", "the receiver's database is unavailable; nothing was changed; retry shortly"
     )
 
 
-def _unavailable_cause(exc: StoreUnavailableError) -> str:
+def unavailable_cause(exc: StoreUnavailableError) -> str:
     return f"the receiver's database is unavailable ({exc})"
 
 
@@ -271,7 +258,7 @@ class Receiver:
         self._maintenance: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self.streams = 0  # open /events streams
+        self.streams = 0  # open client_events streams (GET /events)
         self._streams_waiting = False  # a stream found the store unavailable (logged)
         # Subscriptions being created by this process, by (client, agent, task): a
         # concurrent duplicate waits for the outcome. (One in flight in another process
@@ -338,8 +325,7 @@ class Receiver:
             self._spawn(self._watch_other_writers())
 
     async def stop(self) -> None:
-        self._closing = True
-        self._new_event.set()
+        self.end_streams()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -478,6 +464,66 @@ class Receiver:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(signal.wait(), timeout)
 
+    @contextlib.asynccontextmanager
+    async def client_events(
+        self, client_id: str, *, after: int, idle: float
+    ) -> AsyncIterator[AsyncIterator[TaskEvent | None]]:
+        """An open stream of the client's events with ids past ``after``, in id order,
+        as they are stored: each :class:`TaskEvent`, or None after ``idle`` seconds
+        without one (every few seconds while the store is unavailable, which the stream
+        waits out): the cue to show the connection is alive. It ends when the receiver
+        stops or :meth:`end_streams` is called; an error other than a store outage
+        ends it by raising. Counted in :attr:`streams` (and the SSE clients gauge)
+        while open."""
+        events = self._client_events(client_id, after, idle)
+        self.metrics.sse_clients.inc()
+        self.streams += 1
+        try:
+            yield events
+        finally:
+            self.metrics.sse_clients.dec()
+            self.streams -= 1
+            await events.aclose()
+
+    async def _client_events(
+        self, client_id: str, after: int, idle: float
+    ) -> AsyncGenerator[TaskEvent | None, None]:
+        last = after
+        while not self._closing:
+            # Taken before reading, so an event stored meanwhile wakes us at once.
+            signal = self._new_event
+            try:
+                batch = await self.store.events_for_client(
+                    client_id, after=last, limit=_EVENTS_PAGE
+                )
+            except StoreUnavailableError as exc:
+                # An outage: the stream stays open (keepalives go on) and reads
+                # again every few seconds; one line per outage, whatever the streams.
+                if not self._streams_waiting:
+                    log.warning("SSE streams wait: %s", unavailable_cause(exc))
+                self._streams_waiting = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(signal.wait(), STORE_RETRY_AFTER)
+                yield None
+                continue
+            self._streams_waiting = False
+            for event in batch:
+                yield event
+                last = event.id
+            if len(batch) == _EVENTS_PAGE:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(signal.wait(), idle)
+            if not signal.is_set():
+                yield None
+
+    def end_streams(self) -> None:
+        """End every open :meth:`client_events` stream now (at shutdown: an HTTP server
+        waits for its open handlers, and a stream would hold it until its next
+        keepalive)."""
+        self._closing = True
+        self._new_event.set()
+
     # ---- webhooks --------------------------------------------------------------------
 
     async def handle_webhook(
@@ -496,9 +542,9 @@ class Receiver:
         except StoreUnavailableError as exc:
             # An outage (PostgreSQL down or restarting): nothing was stored; the sender
             # retries a 503. One line, not a traceback per webhook.
-            log.warning("webhook answered 503: %s", _unavailable_cause(exc))
+            log.warning("webhook answered 503: %s", unavailable_cause(exc))
             self.metrics.webhooks.labels("unavailable").inc()
-            status, result = 503, _unavailable_body()
+            status, result = 503, unavailable_body()
             result["retryAfter"] = STORE_RETRY_AFTER
         except Exception:
             # Ours, not the sender's (e.g. the store failed): a JSON 500 it will retry.
@@ -773,7 +819,7 @@ class Receiver:
         is fetched again.
         """
         # The rule webhooks are held to: a task no webhook could name cannot be followed.
-        _require_id(task_id, "taskId")
+        require_id(task_id, "taskId")
         agent = self.settings.agent(agent_url)
         if agent is None:
             raise ClientError(
@@ -912,7 +958,7 @@ class Receiver:
     async def task_for_client(
         self, client_id: str, task_id: str, agent_url: str | None
     ) -> dict[str, Any]:
-        _require_id(task_id, "taskId")
+        require_id(task_id, "taskId")
         key = None
         if agent_url is not None:
             # Written as the client wrote it when subscribing, or another way: the agent.
@@ -930,7 +976,7 @@ class Receiver:
         raise ClientError(404, "not_fetched", "the task has not been fetched yet; retry shortly")
 
 
-_INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
+INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
 
 
 def _credentials_hint(agent: AgentSettings) -> str:
@@ -944,60 +990,10 @@ def _credentials_hint(agent: AgentSettings) -> str:
     )
 
 
-def _require_id(value: str, name: str) -> None:
+def require_id(value: str, name: str) -> None:
     """A client API id held to the webhook rule (:func:`is_valid_id`), else a 400."""
     if not is_valid_id(value):
-        raise ClientError(400, "invalid", _INVALID_ID.format(name))
-
-
-def _page_limit(request: web.Request) -> int:
-    """The ``limit`` query parameter of a listing: 100 by default, at most 1000 (more
-    counts as 1000); 400 unless an integer of at least 1."""
-    try:
-        limit = min(int(request.query.get("limit", str(_PAGE_DEFAULT))), _PAGE_MAX)
-    except ValueError:
-        raise ClientError(400, "invalid", "limit: an integer is required") from None
-    if limit < 1:
-        raise ClientError(400, "invalid", "limit: must be at least 1")
-    return limit
-
-
-def _cursor(sub: Subscription) -> str:
-    """The ``nextCursor`` of a page of subscriptions ending with ``sub``: its position,
-    opaque to clients (base64url of ``[createdAt, id]``)."""
-    raw = json.dumps(list(sub.position), separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _position(cursor: str) -> SubscriptionPosition:
-    """The position a ``cursor`` query parameter names (see :func:`_cursor`), else a 400."""
-    bad = ClientError(
-        400, "invalid", "cursor: not a nextCursor from GET /subscriptions; start without it"
-    )
-    if not cursor or len(cursor) > _MAX_CURSOR_LENGTH or not cursor.isascii():
-        raise bad
-    try:
-        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # bad base64, bad UTF-8 or bad JSON
-        raise bad from None
-    if not isinstance(value, list) or len(value) != 2:
-        raise bad
-    created_at, sub_id = value
-    if (
-        isinstance(created_at, bool)
-        or not isinstance(created_at, int | float)
-        or not isinstance(sub_id, str)
-        or not sub_id.isprintable()  # no NUL, no lone surrogate: what the stores take
-    ):
-        raise bad
-    try:
-        at = float(created_at)
-    except OverflowError:
-        raise bad from None
-    if not math.isfinite(at):
-        raise bad
-    return (at, sub_id)
+        raise ClientError(400, "invalid", INVALID_ID.format(name))
 
 
 def card_jwks_uri(card: object) -> str | None:
@@ -1064,244 +1060,3 @@ def _default_keys(path: Path) -> dict[str, str]:
     with os.fdopen(fd, "w") as fh:
         json.dump(keys, fh, indent=2)
     return keys
-
-
-# ---- the aiohttp application -------------------------------------------------------
-
-RECEIVER: Final = web.AppKey("a2a_push_receiver", Receiver)
-
-
-def _json(status: int, body: Any, *, retry_after: int | None = None) -> web.Response:
-    headers = None if retry_after is None else {HEADER_RETRY_AFTER: str(retry_after)}
-    return web.json_response(body, status=status, headers=headers)
-
-
-@web.middleware
-async def _errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ClientError as exc:
-        return _json(exc.status, error_body(exc.reason, str(exc)), retry_after=exc.retry_after)
-    except StoreUnavailableError as exc:
-        log.warning("%s %s answered 503: %s", request.method, request.path, _unavailable_cause(exc))
-        return _json(503, _unavailable_body(), retry_after=STORE_RETRY_AFTER)
-    except web.HTTPException as exc:
-        if exc.status >= 400 and exc.content_type != "application/json":
-            response = _json(
-                exc.status, error_body(exc.reason.lower().replace(" ", "_"), exc.reason)
-            )
-            if "Allow" in exc.headers:  # a 405 says which methods the path takes
-                response.headers["Allow"] = exc.headers["Allow"]
-            return response
-        raise
-    except Exception:
-        # A bug or an unexpected failure: the traceback is for the log; the client gets
-        # JSON like every other answer (aiohttp's own 500 is a text page).
-        log.exception("%s %s failed", request.method, request.path)
-        return _json(500, error_body("internal", "the request could not be processed"))
-
-
-async def _read_limited(request: web.Request, limit: int) -> bytes | None:
-    """The body, or None when it is over ``limit`` bytes (read no further than that)."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    return await read_at_most(request.content, limit)
-
-
-def create_app(
-    settings: ReceiverSettings,
-    *,
-    store: ReceiverStore | None = None,
-    receiver: Receiver | None = None,
-) -> web.Application:
-    """The receiver as an aiohttp application; it starts and stops with the app."""
-    core = receiver or Receiver(settings, store=store)
-    limit = settings.max_body_bytes
-
-    async def webhook(request: web.Request) -> web.Response:
-        body = await _read_limited(request, limit)
-        if body is None:
-            core.metrics.webhooks.labels("too_large").inc()
-            return _json(413, error_body("too_large", f"the body is over {limit} bytes"))
-        status, result = await core.handle_webhook(request.headers, body, request.content_type)
-        return _json(status, result, retry_after=result.get("retryAfter"))
-
-    async def json_body(request: web.Request) -> dict[str, Any]:
-        if request.content_type not in JSON_TYPES:
-            raise ClientError(415, "unsupported_media_type", "send application/json")
-        raw = await _read_limited(request, 64 * 1024)
-        if raw is None:
-            raise ClientError(413, "too_large", "the body is over 64 KiB")
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ClientError(400, "malformed", "the body is not valid JSON") from None
-        if not isinstance(data, dict):
-            raise ClientError(400, "malformed", "the body must be a JSON object")
-        return data
-
-    def client(request: web.Request) -> str:
-        return core.client_for(request.headers.get("Authorization"))
-
-    async def create_subscription(request: web.Request) -> web.Response:
-        client_id = client(request)
-        data = await json_body(request)
-        agent_url, task_id = data.get("agentUrl"), data.get("taskId")
-        if not isinstance(agent_url, str) or not agent_url or len(agent_url) > 2048:
-            raise ClientError(400, "invalid", "agentUrl: a non-empty string is required")
-        if not isinstance(task_id, str):
-            raise ClientError(400, "invalid", _INVALID_ID.format("taskId"))
-        sub, created = await core.subscribe(client_id, agent_url, task_id)
-        return _json(201 if created else 200, sub.to_json())
-
-    async def list_subscriptions(request: web.Request) -> web.Response:
-        client_id = client(request)
-        limit = _page_limit(request)
-        cursor = request.query.get("cursor")
-        after = _position(cursor) if cursor is not None else None
-        # One more than the page: whether there is a next one, without another read.
-        subs = await core.store.list_subscriptions(client_id, after=after, limit=limit + 1)
-        page = subs[:limit]
-        more = len(subs) > limit
-        return _json(
-            200,
-            {
-                "subscriptions": [s.to_json() for s in page],
-                "nextCursor": _cursor(page[-1]) if more else None,
-            },
-        )
-
-    async def get_subscription(request: web.Request) -> web.Response:
-        sub = await core.own_subscription(client(request), request.match_info["id"])
-        return _json(200, sub.to_json())
-
-    async def delete_subscription(request: web.Request) -> web.Response:
-        sub, removed = await core.unsubscribe(client(request), request.match_info["id"])
-        return _json(200, {**sub.to_json(), "removedOnAgent": removed})
-
-    async def get_task(request: web.Request) -> web.Response:
-        task = await core.task_for_client(
-            client(request), request.match_info["task_id"], request.query.get("agentUrl")
-        )
-        return _json(200, task)
-
-    async def list_tasks(request: web.Request) -> web.Response:
-        client_id = client(request)
-        limit = _page_limit(request)
-        context_id = request.query.get("contextId")
-        if context_id is not None:
-            _require_id(context_id, "contextId")
-        snaps = await core.store.snapshots_for_client(client_id, context_id=context_id, limit=limit)
-        return _json(200, {"tasks": [s.task for s in snaps]})
-
-    async def events(request: web.Request) -> web.StreamResponse:
-        client_id = client(request)
-        raw = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
-        # Checked before the stream starts: an id past int64 cannot be compared in SQL.
-        if not (raw.isascii() and raw.isdigit() and len(raw) < 20) or int(raw) > _MAX_EVENT_ID:
-            raise ClientError(
-                400, "invalid", f"Last-Event-ID: an event id (0 to {_MAX_EVENT_ID}) is required"
-            )
-        last = int(raw)
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await resp.prepare(request)
-        core.metrics.sse_clients.inc()
-        core.streams += 1
-        try:
-            await resp.write(b"retry: 2000\n\n")
-            while not core._closing:
-                # Taken before reading, so an event stored meanwhile wakes us at once.
-                signal = core._new_event
-                try:
-                    batch = await core.store.events_for_client(
-                        client_id, after=last, limit=_EVENTS_PAGE
-                    )
-                except StoreUnavailableError as exc:
-                    # An outage: the stream stays open (keepalives go on) and reads
-                    # again every few seconds; one line per outage, whatever the streams.
-                    if not core._streams_waiting:
-                        log.warning("SSE streams wait: %s", _unavailable_cause(exc))
-                    core._streams_waiting = True
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(signal.wait(), STORE_RETRY_AFTER)
-                    await resp.write(b": keepalive\n\n")
-                    continue
-                core._streams_waiting = False
-                for event in batch:
-                    payload = {
-                        "agentUrl": event.agent_url,
-                        "taskId": event.task_id,
-                        "task": event.data,
-                    }
-                    data = json.dumps(payload, separators=(",", ":"))
-                    await resp.write(
-                        f"id: {event.id}\nevent: {event.kind}\ndata: {data}\n\n".encode()
-                    )
-                    last = event.id
-                if len(batch) == _EVENTS_PAGE:
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(signal.wait(), KEEPALIVE_SECONDS)
-                if not signal.is_set():
-                    await resp.write(b": keepalive\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        except Exception:
-            # The response has started: no error answer can follow, so the stream ends
-            # (the client reconnects with its Last-Event-ID after `retry`).
-            log.exception("an SSE stream failed; closing it")
-        finally:
-            core.metrics.sse_clients.dec()
-            core.streams -= 1
-        return resp
-
-    async def healthz(request: web.Request) -> web.Response:
-        try:
-            await core.store.ping()
-        except Exception as exc:
-            return _json(503, {"status": "unavailable", "reason": type(exc).__name__})
-        return _json(200, {"status": "ok"})
-
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(
-            body=core.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        await core.start()
-        try:
-            yield
-        finally:
-            await core.stop()
-
-    # Big bodies are refused by the webhook handler itself, with a JSON 413.
-    app = web.Application(middlewares=[_errors], client_max_size=max(limit, 64 * 1024) + 1)
-    app[RECEIVER] = core
-    app.router.add_post(WEBHOOK_PATH, webhook)
-    app.router.add_post("/subscriptions", create_subscription)
-    app.router.add_get("/subscriptions", list_subscriptions)
-    app.router.add_get("/subscriptions/{id}", get_subscription)
-    app.router.add_delete("/subscriptions/{id}", delete_subscription)
-    app.router.add_get("/tasks", list_tasks)
-    app.router.add_get("/tasks/{task_id}", get_task)
-    app.router.add_get("/events", events)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
-
-    async def end_streams(app: web.Application) -> None:
-        # on_shutdown runs before the server waits for open handlers: without this, each
-        # SSE stream would hold a graceful shutdown until its next keepalive (15 s).
-        core._closing = True
-        core._new_event.set()
-
-    app.on_shutdown.append(end_streams)
-    app.cleanup_ctx.append(lifecycle)
-    return app
