@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN.md "Operations") and the aiohttp route that exposes them.
+"""Prometheus metrics (docs/operations.md "Metrics") and the aiohttp route that exposes them.
 
 Each notifier owns a registry (its own ``Metrics``), so several notifiers (or tests) in
 one process never collide; serve each on a path of its own. One ``Metrics`` must not be

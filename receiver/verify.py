@@ -3,7 +3,7 @@
 A :class:`WebhookVerifier` holds one agent's policy (which authentication methods it may
 use, the accepted JWT algorithms, issuer, audience, freshness window, Standard Webhooks
 secrets) and a :class:`JWKSCache` for its keys. ``await verifier.verify(headers, body)``
-checks a request exactly as PROTOCOL.md's "What a receiver must accept" says, on the raw
+checks a request as docs/protocol.md's "What a receiver must accept" says, on the raw
 body bytes and before anything is parsed, and returns a :class:`VerifiedWebhook` or
 raises :class:`WebhookRejected` carrying the HTTP status to answer with::
 

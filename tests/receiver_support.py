@@ -172,7 +172,7 @@ def sse_frames(text: str) -> list[dict[str, Any]]:
 
 # ---- a receiver facing fake agents, for the webhook attack, library and fuzz tests ------
 
-SW_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # PROTOCOL.md's test vector
+SW_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # docs/protocol.md's test vector
 WEBHOOK_MAX_BODY = 64 * 1024
 # name -> the authentication methods the receiver allows that agent
 AGENT_AUTH_METHODS: dict[str, tuple[str, ...]] = {

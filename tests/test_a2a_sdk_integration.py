@@ -217,7 +217,7 @@ async def test_a_v03_clients_configs_are_v03_through_the_sdks_compatibility_laye
     [stored] = (await agent.notifier.list_configs(task_id, ANONYMOUS_OWNER))[0]
     assert stored.protocol_version == "0.3"
     # The dice roll's lifecycle: submitted, working, the artifact, completed; each as the
-    # whole v0.3 task (PROTOCOL.md), never a v1.0 StreamResponse or a bare event.
+    # whole v0.3 task (docs/protocol.md), never a v1.0 StreamResponse or a bare event.
     await sink.wait_for(4, timeout=10, path="/v03")
     hooks = sink.on("/v03")
     assert all(h.header("A2A-Version") == "0.3" for h in hooks)
@@ -363,7 +363,7 @@ def alice_context() -> ServerCallContext:
 async def test_a_restarted_sender_reads_an_unseen_tasks_status_from_the_task_store(
     sink: WebhookSink, owner: str
 ) -> None:
-    # With the handler's task store, the v0.3 config gets the whole task, as PROTOCOL.md
+    # With the handler's task store, the v0.3 config gets the whole task, as docs/protocol.md
     # says for v0.3, even though this sender never saw the task's status; a task the
     # store scopes to a user is read as the owner of the task's configs.
     tasks = CountingTaskStore()

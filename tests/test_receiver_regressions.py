@@ -186,7 +186,7 @@ async def test_a_webhook_signed_right_after_a_key_rotation_gets_503_retry_then_i
         sub, _ = await rig.subscribe("a", "task-1")
         body = status_update("task-1")
         assert (await rig.post(body, rig.signed("a", body, sub)))[0] == 200  # JWKS fetched
-        rig.agents["a"].keyset.rotate()  # the new key signs at once (PROTOCOL.md)
+        rig.agents["a"].keyset.rotate()  # the new key signs at once (docs/protocol.md)
         headers = {**rig.signed("a", body, sub), "Content-Type": A2A_MEDIA_TYPE}
         async with rig.session.post(rig.webhook_url, data=body, headers=headers) as resp:
             answer = await resp.json()

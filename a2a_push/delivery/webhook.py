@@ -1,4 +1,4 @@
-"""Builds the headers of one webhook attempt, exactly as PROTOCOL.md specifies."""
+"""Builds the headers of one webhook attempt, exactly as docs/protocol.md specifies."""
 
 from __future__ import annotations
 

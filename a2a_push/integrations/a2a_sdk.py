@@ -86,7 +86,7 @@ def protocol_version_of(context: ServerCallContext) -> str:
     """The A2A version a call speaks: "0.3" when the SDK's v0.3 compatibility layer
     serves it (a v0.3 method name such as ``tasks/pushNotificationConfig/set`` or
     ``message/send``, or ``A2A-Version: 0.3`` on the request), else "1.0". A config keeps
-    it: its webhooks are rendered for that version (PROTOCOL.md). A call with no HTTP
+    it: its webhooks are rendered for that version (docs/protocol.md). A call with no HTTP
     headers at all (not from the SDK's HTTP routes) is 1.0."""
     method = context.state.get("method")
     if isinstance(method, str) and "/" in method:
@@ -177,7 +177,7 @@ class A2APushConfigStore(PushNotificationConfigStore):
         # and credentials out; get_info_for_dispatch, the sender's read, keeps them.
         self.redact_secrets = redact_secrets
         # The handler's task store: a new config's first webhook is the task's snapshot
-        # (PROTOCOL.md). Without it (and no notifier task_provider), nothing is sent to
+        # (docs/protocol.md). Without it (and no notifier task_provider), nothing is sent to
         # the config until the task's next event.
         self.task_store = task_store
 
@@ -282,7 +282,7 @@ class A2APushSender(PushNotificationSender):
     ) -> None:
         self.notifier = notifier
         # Each task's latest context and status (the most recently active tasks), so
-        # that v0.3 configs get the whole task for every event, as PROTOCOL.md says.
+        # that v0.3 configs get the whole task for every event, as docs/protocol.md says.
         self._known: OrderedDict[str, tuple[str | None, t.TaskStatus]] = OrderedDict()
         # Tasks looked for and not found, and when (time.monotonic()).
         self._not_stored: OrderedDict[str, float] = OrderedDict()

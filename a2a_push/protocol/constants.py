@@ -26,7 +26,7 @@ HEADER_RETRY_AFTER: Final = "Retry-After"
 # Standard Webhooks secrets carry this prefix.
 STANDARD_WEBHOOKS_SECRET_PREFIX: Final = "whsec_"  # noqa: S105 - a prefix
 
-# Defaults (see DESIGN.md).
+# Defaults (docs/configuration.md lists where each applies).
 DEFAULT_MAX_CONFIGS_PER_TASK: Final = 10
 DEFAULT_JWT_LIFETIME_SECONDS: Final = 300
 DEFAULT_KEY_GRACE_PERIOD_SECONDS: Final = 24 * 3600

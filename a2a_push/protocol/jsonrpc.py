@@ -1,7 +1,7 @@
 """JSON-RPC 2.0 envelope for the A2A binding: error codes, A2AError, request parsing.
 
 Every error code is defined once here, with its HTTP status (spec §5.4; §9.5 and
-PROTOCOL.md for the standard JSON-RPC codes) and its ``google.rpc.ErrorInfo``
+docs/protocol.md for the standard JSON-RPC codes) and its ``google.rpc.ErrorInfo``
 reason: the spec's error type name in UPPER_SNAKE_CASE without "Error"
 (``TaskNotFoundError`` -> ``TASK_NOT_FOUND``). The spec mandates ErrorInfo for
 the A2A-specific codes; the standard codes get one too, by the same rule

@@ -5,7 +5,7 @@ returns its JSON-ready result or raises ``A2AError``; ``handle_jsonrpc(body, hea
 wraps it in the JSON-RPC 2.0 binding. ``a2a_push.server.app`` mounts both (and the
 REST binding) into an aiohttp application.
 
-Methods and shapes (the method name decides the shape; see PROTOCOL.md "Methods"):
+Methods and shapes (the method name decides the shape; see docs/protocol.md "Push-config methods"):
 
 - v1.0 ``CreateTaskPushNotificationConfig``: params are the flat
   ``TaskPushNotificationConfig`` (the spec's request message); a ``{taskId, config}``

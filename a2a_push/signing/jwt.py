@@ -49,7 +49,7 @@ class JWTVerificationError(A2APushError):
 
 
 class WebhookSigner:
-    """Signs webhook requests with the key set's active key (JWT per PROTOCOL.md)."""
+    """Signs webhook requests with the key set's active key (the JWT of docs/protocol.md)."""
 
     def __init__(
         self, keyset: KeySet, issuer: str, lifetime: int = DEFAULT_JWT_LIFETIME_SECONDS
