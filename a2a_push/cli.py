@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib
-import inspect
 import json
 import os
 import shlex
@@ -190,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "demo",
         "run the end-to-end demo (mock agent, notifier, receiver)",
-        description="Run the end-to-end demo. Needs a checkout of a2a-push (`make demo`).",
+        description="Run the end-to-end demo: the mock agent, signed webhooks to a local sink, "
+        "then the whole loop through the receiver in its own process.",
     )
     demo.set_defaults(handler=_cmd_demo)
 
@@ -199,8 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mock-agent",
         "run the example A2A agent (JSON-RPC, agent card, push notifications)",
         description="Run the example A2A v1.0 agent with an embedded notifier: roll NdM, "
-        "book X, report, fail, reject, login, or any text to echo. Needs a checkout of "
-        "a2a-push.",
+        "book X, report, fail, reject, login, or any text to echo.",
     )
     mock_agent.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     mock_agent.add_argument("--port", type=int, default=9000, help="default: 9000")
@@ -629,56 +627,14 @@ def _version() -> str:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    how = "run `make demo` from a checkout of a2a-push"
-    try:
-        module = _import_demo()
-    except ModuleNotFoundError as exc:
-        if exc.name in ("examples", "examples.demo"):
-            raise CLIError(f"the demo is not part of the installed package; {how}") from None
-        raise CLIError(
-            f"the demo needs the module {exc.name!r}, which is not installed; {how} "
-            "(it installs everything the demo needs)"
-        ) from None
-    run = getattr(module, "main", None)
-    if not callable(run):
-        raise CLIError(f"examples.demo has no main(); {how}")
-    # A main(argv) must not read this command's own arguments from sys.argv.
-    takes_argv = bool(inspect.signature(run).parameters)
-    result = run([]) if takes_argv else run()
-    if inspect.isawaitable(result):
-        result = asyncio.run(_await(result))
-    return result if isinstance(result, int) else 0
+    from .demo import main as run_demo
 
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _import_demo() -> Any:
-    try:
-        return importlib.import_module("examples.demo")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("examples", "examples.demo"):
-            raise
-        # Installed from a checkout (editable) but started elsewhere: the examples live
-        # at the repository root, beside the package.
-        root = Path(__file__).resolve().parent.parent
-        if not (root / "examples" / "demo.py").is_file() or str(root) in sys.path:
-            raise
-        sys.path.insert(0, str(root))
-        return importlib.import_module("examples.demo")
+    return run_demo()
 
 
 def _cmd_mock_agent(args: argparse.Namespace) -> int:
-    how = "run it from a checkout of a2a-push (`python -m examples.mock_agent`)"
-    try:
-        module = _import_example("mock_agent")
-    except ModuleNotFoundError as exc:
-        if exc.name in ("examples", "examples.mock_agent"):
-            raise CLIError(f"the mock agent is not part of the installed package; {how}") from None
-        raise CLIError(
-            f"the mock agent needs the module {exc.name!r}, which is not installed"
-        ) from None
+    from . import mock_agent as module
+
     problem = module.port_problem(args.port)
     if problem is not None:
         raise CLIError(f"--port {args.port}: {problem}", 2)
@@ -696,7 +652,7 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         raise CLIError("--gateway needs --gateway-key (or $A2A_PUSH_GATEWAY_KEY)", 2)
     if args.gateway:
         args.gateway = _gateway_url(args.gateway, "--gateway")
-    result = module.serve(
+    return module.serve(
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
@@ -709,22 +665,6 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         prog="a2a-push",
     )
-    return result if isinstance(result, int) else 0
-
-
-def _import_example(name: str) -> Any:
-    """``examples.<name>`` from the checkout this package was installed from."""
-    module = f"examples.{name}"
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("examples", module):
-            raise
-        root = Path(__file__).resolve().parent.parent
-        if not (root / "examples" / f"{name}.py").is_file() or str(root) in sys.path:
-            raise
-        sys.path.insert(0, str(root))
-        return importlib.import_module(module)
 
 
 def _cmd_version(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@ in order, and a webhook that does not verify fails the demo. Part 2: the whole l
 the receiver in its own process, stopped and restarted mid-run, loses nothing; anything
 lost, or a receiver that does not start, fails the demo.
 
-The demo runs once for the whole module (``python -m examples.demo``, as ``make demo``
+The demo runs once for the whole module (``python -m a2a_push demo``, as ``make demo``
 does); the failure tests run it in-process with one thing broken."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from a2a_push import demo, demo_loop
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME, webhook_log
+from a2a_push.demo_loop import Retries, Seen, TaskRun, Update
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
-from examples import demo, demo_loop
-from examples.demo_loop import Retries, Seen, TaskRun, Update
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,9 +52,9 @@ SSE_ROW = re.compile(r"\s*\d+\.\d+s\s+sse\s+#(\d+)\s+(\w+)\s+([0-9a-f]{8})…\s+
 
 @pytest.fixture(scope="module")
 def demo_run() -> subprocess.CompletedProcess[str]:
-    """``python -m examples.demo``, once for every test of the module."""
+    """``python -m a2a_push demo``, once for every test of the module."""
     return subprocess.run(
-        [sys.executable, "-m", "examples.demo"],
+        [sys.executable, "-m", "a2a_push", "demo"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -185,7 +185,7 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
     assert "Next:" not in text
 
 
-def test_python_m_examples_demo_exits_zero(demo_run: subprocess.CompletedProcess[str]) -> None:
+def test_a2a_push_demo_exits_zero(demo_run: subprocess.CompletedProcess[str]) -> None:
     assert demo_run.returncode == 0, demo_run.stdout + demo_run.stderr
     assert demo_run.stderr == ""  # the demo prints only to stdout (the receiver to its log)
     assert "OK — 20 webhooks arrived" in demo_run.stdout
@@ -407,7 +407,7 @@ def test_a_demo_stopped_by_a_signal_stops_its_receiver_and_removes_its_folder(
     # `kill`, `timeout` or a closed terminal, as Ctrl-C: no receiver left listening, and
     # no temporary folder (it holds private signing keys) left on disk.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.demo"],
+        [sys.executable, "-m", "a2a_push", "demo"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,7 +1,7 @@
 """A small but complete A2A v1.0 agent on aiohttp, with push notifications by a2a-push.
 
     a2a-push mock-agent --port 9000 --allow-webhook-host 127.0.0.1
-    python -m examples.mock_agent --port 9000 --allow-webhook-host 127.0.0.1 --log-level INFO
+    python -m a2a_push.mock_agent --port 9000 --allow-webhook-host 127.0.0.1 --log-level INFO
 
 Serves JSON-RPC at ``/`` (``SendMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``
 and the four push-config methods; the v0.3 names ``message/send``, ``tasks/get``,

@@ -1,6 +1,6 @@
 """``make demo``: the mock A2A agent over HTTP, every push notification verified on arrival.
 
-The mock agent (:mod:`examples.mock_agent`, push notifications by a2a-push) runs in this
+The mock agent (:mod:`a2a_push.mock_agent`, push notifications by a2a-push) runs in this
 process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Version:
 1.0``, an ``Authorization`` header naming the owner), and runs a local webhook sink:
 
@@ -15,7 +15,7 @@ process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Ver
 
 Every check runs on the raw bytes the sink got.
 
-Part 2 (:mod:`examples.demo_loop`) is the whole loop: a second mock agent, the receiver
+Part 2 (:mod:`a2a_push.demo_loop`) is the whole loop: a second mock agent, the receiver
 as a separate process (``python -m receiver``), and the demo as an app that subscribes
 through the receiver and prints each task update from its SSE stream, while the receiver
 is stopped and restarted under it.
@@ -52,6 +52,8 @@ from aiohttp import web
 
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.demo_loop import run_loop
+from a2a_push.mock_agent import AGENT, create_app
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import (
     A2A_MEDIA_TYPE,
@@ -79,8 +81,6 @@ from a2a_push.signing import (
     standard_webhooks,
     verify_webhook_jwt,
 )
-from examples.demo_loop import run_loop
-from examples.mock_agent import AGENT, create_app
 
 Out = Callable[[str], object]
 
@@ -115,8 +115,8 @@ NEXT_STEPS = (
     "      “Verifying webhooks” (JWT/JWKS and Standard Webhooks on your receiver) and",
     "      “Delivery guarantees” (retries, ordering, dead letters);",
     "      `a2a-push mock-agent --help` (the agent of both parts, to run on its own) and",
-    "      `a2a-push receiver --help` (the receiver of part 2): the command is in .venv,",
-    "      so `source .venv/bin/activate` first, or run it as `.venv/bin/a2a-push …`.",
+    "      `a2a-push receiver --help` (the receiver of part 2); after `make demo` the",
+    "      command is in .venv: `source .venv/bin/activate`, or run `.venv/bin/a2a-push …`.",
 )
 
 
@@ -542,7 +542,7 @@ async def run_demo(out: Out = print, *, loop: bool = True) -> int:
     """Run the demo, writing lines to ``out``; return the exit code (0: all verified).
 
     Part 1 is the webhooks to a local sink; part 2 (``loop``) the whole loop through the
-    receiver, in its own process (:mod:`examples.demo_loop`).
+    receiver, in its own process (:mod:`a2a_push.demo_loop`).
     """
     style = _Style(out is print and sys.stdout.isatty())
     started = time.perf_counter()
@@ -781,7 +781,7 @@ def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -
         )
     )
     out("")
-    out(f"  agent      examples/mock_agent.py at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
+    out(f"  agent      a2a-push mock-agent at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
     out(f"             its outbox and keys in {tmp}")
     out(f"  client     plain JSON-RPC, Authorization: {OWNER_AUTHORIZATION} (the owner)")
     out(f"  JWKS       fetched from {agent_url}{JWKS_PATH}: kid {kids}")

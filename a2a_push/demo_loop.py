@@ -36,11 +36,11 @@ import aiohttp
 from aiohttp import web
 
 import receiver
+from a2a_push.mock_agent import AGENT, create_app
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, HEADER_AUTHORIZATION, VERSION_1_0
 from a2a_push.protocol.types import TaskState
 from a2a_push.store.base import Delivery, DeliveryFilter, DeliveryState
-from examples.mock_agent import AGENT, create_app
 from receiver.settings import ENV_PREFIX
 
 Out = Callable[[str], object]
@@ -78,7 +78,7 @@ ANSWERS: Final = {"book": "friday 8pm", "login": "signed in, here is my token"}
 
 
 class Styling(Protocol):
-    """The demo's output style (``examples.demo._Style``): colour on a terminal only."""
+    """The demo's output style (``a2a_push.demo._Style``): colour on a terminal only."""
 
     def ok(self, text: str) -> str: ...
     def bad(self, text: str) -> str: ...
