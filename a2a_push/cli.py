@@ -633,9 +633,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_mock_agent(args: argparse.Namespace) -> int:
-    from . import mock_agent as module
+    from .mock_agent.app import port_problem, serve
+    from .mock_agent.cli import _delays
 
-    problem = module.port_problem(args.port)
+    problem = port_problem(args.port)
     if problem is not None:
         raise CLIError(f"--port {args.port}: {problem}", 2)
     try:
@@ -645,14 +646,14 @@ def _cmd_mock_agent(args: argparse.Namespace) -> int:
     schedule = None
     if args.retry_schedule:
         try:
-            schedule = module._delays(args.retry_schedule)
+            schedule = _delays(args.retry_schedule)
         except (ValueError, argparse.ArgumentTypeError) as exc:
             raise CLIError(f"--retry-schedule: {exc}", 2) from None
     if bool(args.gateway) != bool(args.gateway_key):
         raise CLIError("--gateway needs --gateway-key (or $A2A_PUSH_GATEWAY_KEY)", 2)
     if args.gateway:
         args.gateway = _gateway_url(args.gateway, "--gateway")
-    return module.serve(
+    return serve(
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,

@@ -19,9 +19,12 @@ from typing import Any
 
 import pytest
 
-from a2a_push import demo, demo_loop
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME, webhook_log
-from a2a_push.demo_loop import Retries, Seen, TaskRun, Update
+from a2a_push.demo import loop as demo_loop
+from a2a_push.demo import run as demo
+from a2a_push.demo import sink
+from a2a_push.demo.loop import Retries, TaskRun
+from a2a_push.demo.receiver_side import Seen, Update
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
 
@@ -154,17 +157,17 @@ def test_demo_shows_the_503_retries_and_order_holds(lines: list[str]) -> None:
     assert "answers 503" in text and "retries after 503" in text
     rows = rows_for(lines, "roll", "whsec")
     outages = [row for row in rows if " 503 " in row]
-    assert len(outages) == demo.OUTAGE_REQUESTS
+    assert len(outages) == sink.OUTAGE_REQUESTS
     assert all("simulated outage" in row for row in outages)
     assert any("retry 1" in row for row in rows)
     # nothing overtook the retried snapshot: the 503s come first, then all four in order
-    assert rows[: demo.OUTAGE_REQUESTS] == outages
-    assert all("task (submitted)" in row for row in rows[: demo.OUTAGE_REQUESTS + 1])
-    events = [re.split(r"\s{2,}", row.strip())[3] for row in rows[demo.OUTAGE_REQUESTS :]]
+    assert rows[: sink.OUTAGE_REQUESTS] == outages
+    assert all("task (submitted)" in row for row in rows[: sink.OUTAGE_REQUESTS + 1])
+    events = [re.split(r"\s{2,}", row.strip())[3] for row in rows[sink.OUTAGE_REQUESTS :]]
     assert events == list(demo.ROLL)
     assert "order per config holds" in text
     _, _, _, webhooks, retries, verified, order, _ = summary_row(lines, "roll", "whsec")
-    assert (webhooks, retries, verified) == ("4/4", str(demo.OUTAGE_REQUESTS), "yes ✓")
+    assert (webhooks, retries, verified) == ("4/4", str(sink.OUTAGE_REQUESTS), "yes ✓")
     assert order.endswith("✓")
 
 
@@ -176,7 +179,7 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
     def with_wrong_keys(token: str, **kwargs: Any) -> dict[str, Any]:
         return verify_webhook_jwt(token, **{**kwargs, "jwks": stranger})
 
-    monkeypatch.setattr(demo, "verify_webhook_jwt", with_wrong_keys)
+    monkeypatch.setattr(sink, "verify_webhook_jwt", with_wrong_keys)
     code, lines = await run_collecting(loop=False)
     text = "\n".join(lines)
     assert code != 0
@@ -384,7 +387,7 @@ def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
     (its progress lines count them); a dead letter is still a problem."""
     shown: list[str] = []
     problems: list[str] = []
-    handler = demo._ForwardLogs(shown.append, demo._Style(False), problems)
+    handler = demo._ForwardLogs(shown.append, sink.Style(False), problems)
     library_log = logging.getLogger("a2a_push")  # where the demo listens
     library_log.addHandler(handler)
     try:

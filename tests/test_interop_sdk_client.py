@@ -1,4 +1,4 @@
-"""Interop: the official a2a-sdk *client* drives the mock agent (a2a_push/mock_agent.py).
+"""Interop: the official a2a-sdk *client* drives the mock agent (a2a_push/mock_agent/).
 
 The mock agent runs on a real aiohttp server on 127.0.0.1; the SDK builds its client from
 the agent card (ClientFactory.create_from_url, JSON-RPC transport over httpx) and sends

@@ -1,4 +1,4 @@
-"""The example mock agent (a2a_push/mock_agent.py) on a real aiohttp test server, with
+"""The example mock agent (a2a_push/mock_agent/) on a real aiohttp test server, with
 webhooks to a real local sink: skills, task rules, inline push configs, v0.3 shapes."""
 
 from __future__ import annotations

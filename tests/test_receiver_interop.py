@@ -230,7 +230,7 @@ class MockAgent:
 
 @asynccontextmanager
 async def serve_mock_agent(tmp_path: Path, prefix: str = "") -> AsyncIterator[MockAgent]:
-    """a2a_push/mock_agent.py on a free port, its public URL its real URL (+ ``prefix``).
+    """a2a_push/mock_agent/ on a free port, its public URL its real URL (+ ``prefix``).
 
     Under a ``prefix`` the agent app is mounted at that path and the origin serves only
     its agent card, so ``<origin>/.well-known/jwks.json`` does not exist.
