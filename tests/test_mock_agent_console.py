@@ -30,7 +30,7 @@ MOCK_AGENT_SECTION = "Trying it against a mock agent"
 
 # The two ways to start it, and the name each puts before "error:".
 COMMANDS = {
-    "module": (["-m", "a2a_push.mock_agent"], "mock-agent"),
+    "module": (["-m", "a2a_push.mock_agent"], "a2a-push"),
     "console": (["-m", "a2a_push", "mock-agent"], "a2a-push"),
 }
 
