@@ -15,7 +15,7 @@ from ..store import (
     Store,
 )
 from .common import ENV_DATABASE, PROG, CLIError, Commands, add_command, note
-from .outbox import matching_ids, run_with_store
+from .outbox import add_database_option, matching_ids, run_with_store
 
 
 def _cmd_configs_toggle(args: argparse.Namespace) -> int:
@@ -131,11 +131,5 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
         sub.add_argument(
             "key", metavar="KEY", help="the config's key (config_key in `deliveries list --json`)"
         )
-        sub.add_argument(
-            "--database",
-            default=env.get(ENV_DATABASE),
-            metavar="DB",
-            help="the notifier's or gateway's database: a SQLite file path, sqlite:///path or "
-            f"postgresql://… (default: ${ENV_DATABASE})",
-        )
+        add_database_option(sub, env)
         sub.set_defaults(handler=_cmd_configs_toggle, enable=action == "enable")

@@ -17,7 +17,6 @@ from ..store import (
     generate_key,
 )
 from .common import (
-    ENV_DATABASE,
     ENV_ENCRYPTION_KEYS,
     PROG,
     CLIError,
@@ -33,7 +32,7 @@ from .common import (
     utc,
     utc_iso,
 )
-from .outbox import matching_ids, run_with_store
+from .outbox import add_database_option, matching_ids, run_with_store
 
 STATES: tuple[str, ...] = tuple(state.value for state in DeliveryState)
 
@@ -290,13 +289,7 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
     deliveries_commands = deliveries.add_subparsers(title="commands", metavar="COMMAND")
 
     def database_options(sub: Parser) -> None:
-        sub.add_argument(
-            "--database",
-            default=env.get(ENV_DATABASE),
-            metavar="DB",
-            help="the notifier's or gateway's database: a SQLite file path, sqlite:///path "
-            f"or postgresql://… (default: ${ENV_DATABASE})",
-        )
+        add_database_option(sub, env)
         sub.add_argument(
             "--encryption-key",
             action="append",

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +139,14 @@ async def matching_ids(store: Store, flt: DeliveryFilter) -> list[str]:
         if len(page) < _REPLAY_PAGE:
             return chosen
         after = page[-1].id
+
+
+def add_database_option(sub: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """``--database DB`` (default: ``$A2A_PUSH_DATABASE``), for the commands that open one."""
+    sub.add_argument(
+        "--database",
+        default=env.get(ENV_DATABASE),
+        metavar="DB",
+        help="the notifier's or gateway's database: a SQLite file path, sqlite:///path or "
+        f"postgresql://… (default: ${ENV_DATABASE})",
+    )
