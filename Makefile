@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	$(PY) -m a2a_push demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

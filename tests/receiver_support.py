@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from a2a_push.mock_agent import create_app as create_agent_app
 from a2a_push.protocol.constants import (
     A2A_MEDIA_TYPE,
     HEADER_SIGNATURE,
@@ -26,7 +27,6 @@ from a2a_push.protocol.constants import (
     HEADER_WEBHOOK_TIMESTAMP,
 )
 from a2a_push.signing import KeySet, WebhookSigner
-from examples.mock_agent import create_app as create_agent_app
 from receiver.api import RECEIVER, create_app
 from receiver.core import Receiver
 from receiver.settings import ReceiverSettings

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -239,30 +238,6 @@ def test_store_generate_key_prints_a_working_fernet_key(cli: CLI, tmp_path: Path
     key = result.out.strip()
     # The key is accepted as an encryption key by the store.
     asyncio.run(_prepare(tmp_path / "enc.db", StoreOptions(encryption_keys=[key])))
-
-
-def test_demo_runs_examples_demo_main(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[str]] = []
-
-    def fake_main(argv: list[str]) -> int:
-        calls.append(argv)
-        print("demo ran")
-        return 3
-
-    monkeypatch.setitem(sys.modules, "examples.demo", types.SimpleNamespace(main=fake_main))
-    result = cli("demo")
-    assert result.code == 3
-    assert result.out == "demo ran\n"
-    assert calls == [[]]  # never this command's own arguments
-
-
-def test_demo_without_a_checkout_says_how_to_run_it(
-    cli: CLI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setitem(sys.modules, "examples.demo", None)  # import fails
-    line = one_line_error(cli("demo"), 1)
-    assert "make demo" in line
 
 
 # ---- keys --------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ in order, and a webhook that does not verify fails the demo. Part 2: the whole l
 the receiver in its own process, stopped and restarted mid-run, loses nothing; anything
 lost, or a receiver that does not start, fails the demo.
 
-The demo runs once for the whole module (``python -m examples.demo``, as ``make demo``
+The demo runs once for the whole module (``python -m a2a_push demo``, as ``make demo``
 does); the failure tests run it in-process with one thing broken."""
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME, webhook_log
+from a2a_push.demo import loop as demo_loop
+from a2a_push.demo import run as demo
+from a2a_push.demo import sink
+from a2a_push.demo.loop import Retries, TaskRun
+from a2a_push.demo.receiver_side import Seen, Update
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import KeySet, verify_webhook_jwt
-from examples import demo, demo_loop
-from examples.demo_loop import Retries, Seen, TaskRun, Update
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,9 +55,9 @@ SSE_ROW = re.compile(r"\s*\d+\.\d+s\s+sse\s+#(\d+)\s+(\w+)\s+([0-9a-f]{8})…\s+
 
 @pytest.fixture(scope="module")
 def demo_run() -> subprocess.CompletedProcess[str]:
-    """``python -m examples.demo``, once for every test of the module."""
+    """``python -m a2a_push demo``, once for every test of the module."""
     return subprocess.run(
-        [sys.executable, "-m", "examples.demo"],
+        [sys.executable, "-m", "a2a_push", "demo"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -154,17 +157,17 @@ def test_demo_shows_the_503_retries_and_order_holds(lines: list[str]) -> None:
     assert "answers 503" in text and "retries after 503" in text
     rows = rows_for(lines, "roll", "whsec")
     outages = [row for row in rows if " 503 " in row]
-    assert len(outages) == demo.OUTAGE_REQUESTS
+    assert len(outages) == sink.OUTAGE_REQUESTS
     assert all("simulated outage" in row for row in outages)
     assert any("retry 1" in row for row in rows)
     # nothing overtook the retried snapshot: the 503s come first, then all four in order
-    assert rows[: demo.OUTAGE_REQUESTS] == outages
-    assert all("task (submitted)" in row for row in rows[: demo.OUTAGE_REQUESTS + 1])
-    events = [re.split(r"\s{2,}", row.strip())[3] for row in rows[demo.OUTAGE_REQUESTS :]]
+    assert rows[: sink.OUTAGE_REQUESTS] == outages
+    assert all("task (submitted)" in row for row in rows[: sink.OUTAGE_REQUESTS + 1])
+    events = [re.split(r"\s{2,}", row.strip())[3] for row in rows[sink.OUTAGE_REQUESTS :]]
     assert events == list(demo.ROLL)
     assert "order per config holds" in text
     _, _, _, webhooks, retries, verified, order, _ = summary_row(lines, "roll", "whsec")
-    assert (webhooks, retries, verified) == ("4/4", str(demo.OUTAGE_REQUESTS), "yes ✓")
+    assert (webhooks, retries, verified) == ("4/4", str(sink.OUTAGE_REQUESTS), "yes ✓")
     assert order.endswith("✓")
 
 
@@ -176,7 +179,7 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
     def with_wrong_keys(token: str, **kwargs: Any) -> dict[str, Any]:
         return verify_webhook_jwt(token, **{**kwargs, "jwks": stranger})
 
-    monkeypatch.setattr(demo, "verify_webhook_jwt", with_wrong_keys)
+    monkeypatch.setattr(sink, "verify_webhook_jwt", with_wrong_keys)
     code, lines = await run_collecting(loop=False)
     text = "\n".join(lines)
     assert code != 0
@@ -185,7 +188,7 @@ async def test_demo_fails_loudly_when_a_signature_does_not_verify(
     assert "Next:" not in text
 
 
-def test_python_m_examples_demo_exits_zero(demo_run: subprocess.CompletedProcess[str]) -> None:
+def test_a2a_push_demo_exits_zero(demo_run: subprocess.CompletedProcess[str]) -> None:
     assert demo_run.returncode == 0, demo_run.stdout + demo_run.stderr
     assert demo_run.stderr == ""  # the demo prints only to stdout (the receiver to its log)
     assert "OK — 20 webhooks arrived" in demo_run.stdout
@@ -384,7 +387,7 @@ def test_demo_does_not_count_expected_webhook_retries_as_problems() -> None:
     (its progress lines count them); a dead letter is still a problem."""
     shown: list[str] = []
     problems: list[str] = []
-    handler = demo._ForwardLogs(shown.append, demo._Style(False), problems)
+    handler = demo._ForwardLogs(shown.append, sink.Style(False), problems)
     library_log = logging.getLogger("a2a_push")  # where the demo listens
     library_log.addHandler(handler)
     try:
@@ -407,7 +410,7 @@ def test_a_demo_stopped_by_a_signal_stops_its_receiver_and_removes_its_folder(
     # `kill`, `timeout` or a closed terminal, as Ctrl-C: no receiver left listening, and
     # no temporary folder (it holds private signing keys) left on disk.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.demo"],
+        [sys.executable, "-m", "a2a_push", "demo"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp.test_utils import TestServer
 
+from a2a_push.mock_agent import create_app as create_agent_app
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import WebhookSink
-from examples.mock_agent import create_app as create_agent_app
 
 from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
 

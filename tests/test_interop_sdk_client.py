@@ -1,4 +1,4 @@
-"""Interop: the official a2a-sdk *client* drives the mock agent (examples/mock_agent.py).
+"""Interop: the official a2a-sdk *client* drives the mock agent (a2a_push/mock_agent/).
 
 The mock agent runs on a real aiohttp server on 127.0.0.1; the SDK builds its client from
 the agent card (ClientFactory.create_from_url, JSON-RPC transport over httpx) and sends
@@ -36,10 +36,10 @@ from aiohttp import web
 from joserfc import jwk as jose_jwk
 from joserfc import jwt as jose_jwt
 
+from a2a_push.mock_agent import create_app
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
 from a2a_push.testing import ReceivedWebhook, WebhookSink
-from examples.mock_agent import create_app
 
 STEP_DELAY = 0.05
 TIMEOUT = 10.0

@@ -1,4 +1,4 @@
-"""The example mock agent (examples/mock_agent.py) on a real aiohttp test server, with
+"""The example mock agent (a2a_push/mock_agent/) on a real aiohttp test server, with
 webhooks to a real local sink: skills, task rules, inline push configs, v0.3 shapes."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from a2a_push.cli import main as cli_main
+from a2a_push.mock_agent import create_app
 from a2a_push.protocol.constants import HEADER_AUTHORIZATION, HEADER_SIGNATURE
 from a2a_push.server import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import ReceivedWebhook, WebhookSink
-from examples.mock_agent import create_app
 
 PUBLIC = "http://mock-agent.test"
 ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}

@@ -1,4 +1,4 @@
-"""The mock agent as a user starts it (``python -m examples.mock_agent`` and ``a2a-push
+"""The mock agent as a user starts it (``python -m a2a_push.mock_agent`` and ``a2a-push
 mock-agent``, each in its own process on 127.0.0.1): its --port checks, a busy port, the
 banner, the warnings about failing webhooks, and the README's curl example against it."""
 
@@ -30,7 +30,7 @@ MOCK_AGENT_SECTION = "Trying it against a mock agent"
 
 # The two ways to start it, and the name each puts before "error:".
 COMMANDS = {
-    "module": (["-m", "examples.mock_agent"], "mock-agent"),
+    "module": (["-m", "a2a_push.mock_agent"], "a2a-push"),
     "console": (["-m", "a2a_push", "mock-agent"], "a2a-push"),
 }
 
@@ -69,7 +69,7 @@ def test_a_port_out_of_range_is_a_one_line_usage_error(how: str, port: str) -> N
 
 
 def test_a_port_that_is_not_a_number_is_a_usage_error() -> None:
-    result = run(["-m", "examples.mock_agent", "--port", "http"])
+    result = run(["-m", "a2a_push.mock_agent", "--port", "http"])
     assert result.returncode == 2
     assert "argument --port: 'http' is not a port number (1 to 65535)" in result.stderr
 
@@ -104,7 +104,7 @@ def test_an_unusable_data_dir_is_one_line_naming_it(how: str, tmp_path: Path) ->
 
 
 def test_log_level_is_checked() -> None:
-    result = run(["-m", "examples.mock_agent", "--log-level", "loud"])
+    result = run(["-m", "a2a_push.mock_agent", "--log-level", "loud"])
     assert result.returncode == 2
     assert "--log-level" in result.stderr and "WARNING" in result.stderr
 
@@ -132,12 +132,12 @@ class Agent:
 
 @contextlib.asynccontextmanager
 async def mock_agent(tmp_path: Path, *extra: str) -> AsyncIterator[Agent]:
-    """``python -m examples.mock_agent`` on a free port, webhooks allowed to 127.0.0.1."""
+    """``python -m a2a_push.mock_agent`` on a free port, webhooks allowed to 127.0.0.1."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "examples.mock_agent",
+        "a2a_push.mock_agent",
         "--port",
         str(port),
         "--allow-webhook-host",

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestServer
 
+from a2a_push.mock_agent import MAX_MESSAGE_DEPTH, create_app
 from a2a_push.testing import WebhookSink
-from examples.mock_agent import MAX_MESSAGE_DEPTH, create_app
 
 from .gateway_support import AGENT_KEY, gateway_settings, running_gateway
 from .test_mock_agent import kinds, message

@@ -50,12 +50,12 @@ from a2a.types import a2a_pb2
 from standardwebhooks.webhooks import Webhook
 from starlette.applications import Starlette
 
+from a2a_push.mock_agent import agent_card as mock_agent_card
+from a2a_push.mock_agent import create_app as create_mock_agent_app
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import standard_webhooks
 from examples.a2a_sdk_agent import asgi_handler
-from examples.mock_agent import agent_card as mock_agent_card
-from examples.mock_agent import create_app as create_mock_agent_app
 from receiver.api import RECEIVER, create_app
 from receiver.core import Receiver
 from receiver.settings import WEBHOOK_PATH, ReceiverSettings
@@ -231,7 +231,7 @@ class MockAgent:
 
 @asynccontextmanager
 async def serve_mock_agent(tmp_path: Path, prefix: str = "") -> AsyncIterator[MockAgent]:
-    """examples/mock_agent.py on a free port, its public URL its real URL (+ ``prefix``).
+    """a2a_push/mock_agent/ on a free port, its public URL its real URL (+ ``prefix``).
 
     Under a ``prefix`` the agent app is mounted at that path and the origin serves only
     its agent card, so ``<origin>/.well-known/jwks.json`` does not exist.

@@ -23,7 +23,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from examples.mock_agent import create_app as create_agent_app
+from a2a_push.mock_agent import create_app as create_agent_app
 from receiver.api import create_app
 from receiver.postgres_store import PostgresReceiverStore
 

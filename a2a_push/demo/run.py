@@ -1,6 +1,6 @@
 """``make demo``: the mock A2A agent over HTTP, every push notification verified on arrival.
 
-The mock agent (:mod:`examples.mock_agent`, push notifications by a2a-push) runs in this
+The mock agent (:mod:`a2a_push.mock_agent`, push notifications by a2a-push) runs in this
 process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Version:
 1.0``, an ``Authorization`` header naming the owner), and runs a local webhook sink:
 
@@ -15,7 +15,7 @@ process on 127.0.0.1; the demo is its client, speaking plain JSON-RPC (``A2A-Ver
 
 Every check runs on the raw bytes the sink got.
 
-Part 2 (:mod:`examples.demo_loop`) is the whole loop: a second mock agent, the receiver
+Part 2 (:mod:`a2a_push.demo.loop`) is the whole loop: a second mock agent, the receiver
 as a separate process (``python -m receiver``), and the demo as an app that subscribes
 through the receiver and prints each task update from its SSE stream, while the receiver
 is stopped and restarted under it.
@@ -43,7 +43,6 @@ import uuid
 from base64 import b64encode
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,41 +51,23 @@ from aiohttp import web
 
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.mock_agent import AGENT, create_app
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import (
-    A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
     HEADER_AUTHORIZATION,
-    HEADER_CONTENT_TYPE,
-    HEADER_NOTIFICATION_TOKEN,
-    HEADER_SIGNATURE,
-    HEADER_WEBHOOK_ID,
-    HEADER_WEBHOOK_SIGNATURE,
-    HEADER_WEBHOOK_TIMESTAMP,
     STANDARD_WEBHOOKS_SECRET_PREFIX,
     VERSION_1_0,
 )
 from a2a_push.protocol.types import (
-    StreamResponse,
-    Task,
-    TaskArtifactUpdateEvent,
     TaskState,
-    TaskStatusUpdateEvent,
 )
-from a2a_push.signing import (
-    JWTVerificationError,
-    StandardWebhooksVerificationError,
-    standard_webhooks,
-    verify_webhook_jwt,
-)
-from examples.demo_loop import run_loop
-from examples.mock_agent import AGENT, create_app
 
-Out = Callable[[str], object]
+from .loop import run_loop
+from .sink import OUTAGE_REQUESTS, ROW, DemoSink, Out, Route, Style, state_name
 
 OWNER_AUTHORIZATION = "Bearer demo-client"  # the agent scopes tasks and configs to this
 STEP_DELAY = 0.15  # the agent pauses this long between steps
-OUTAGE_REQUESTS = 2  # the whsec receiver answers 503 to this many requests first
 FLOW_TIMEOUT = 10.0  # per flow: every expected webhook within this
 BOOKING = "a table for two"
 BOOKING_DATE = "friday 8pm"
@@ -115,292 +96,9 @@ NEXT_STEPS = (
     "      “Verifying webhooks” (JWT/JWKS and Standard Webhooks on your receiver) and",
     "      “Delivery guarantees” (retries, ordering, dead letters);",
     "      `a2a-push mock-agent --help` (the agent of both parts, to run on its own) and",
-    "      `a2a-push receiver --help` (the receiver of part 2): the command is in .venv,",
-    "      so `source .venv/bin/activate` first, or run it as `.venv/bin/a2a-push …`.",
+    "      `a2a-push receiver --help` (the receiver of part 2); after `make demo` the",
+    "      command is in .venv: `source .venv/bin/activate`, or run `.venv/bin/a2a-push …`.",
 )
-
-
-# ---- output ---------------------------------------------------------------------------------
-
-
-class _Style:
-    """Colour only for a terminal; plain text everywhere else (pipes, logs, tests)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
-
-    def ok(self, text: str) -> str:
-        return self._wrap("32", text)
-
-    def bad(self, text: str) -> str:
-        return self._wrap("1;31", text)
-
-    def warn(self, text: str) -> str:
-        return self._wrap("33", text)
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def client(self, text: str) -> str:
-        return self._wrap("36", text)
-
-
-_ROW = "{t:>7}  {task:<4}  {who:<6}  {event:<29}  {http:>4}  {latency:>8}  {check}"
-
-
-def _state_name(state: TaskState | str) -> str:
-    return str(TaskState(state).value).removeprefix("TASK_STATE_").lower().replace("_", "-")
-
-
-def _label(response: StreamResponse) -> tuple[str, TaskState | None]:
-    """'statusUpdate (working)', and the state it reports (None for an artifact)."""
-    event = response.event
-    if isinstance(event, Task):
-        return f"task ({_state_name(event.status.state)})", event.status.state
-    if isinstance(event, TaskStatusUpdateEvent):
-        return f"statusUpdate ({_state_name(event.status.state)})", event.status.state
-    if isinstance(event, TaskArtifactUpdateEvent):
-        return f"artifactUpdate ({event.artifact.name or event.artifact.artifact_id})", None
-    return type(event).__name__, None
-
-
-# ---- the receiving side -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """A webhook the sink verified and answered 2xx."""
-
-    label: str
-    seq: int
-    task_id: str
-    state: TaskState | None
-
-
-@dataclass
-class Route:
-    """One push config, as the sink sees it."""
-
-    flow: str  # the skill: roll, book, fail, echo
-    name: str  # also the config id
-    token: str
-    expected: tuple[str, ...]
-    outage: int = 0
-    follows: Route | None = None  # created later: its snapshot, then what `follows` got after
-    url: str = ""
-    task_id: str = ""
-    requests: int = 0
-    attempts: Counter[str] = field(default_factory=Counter)  # per webhook-id
-    accepted: list[Accepted] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    artifact_text: str | None = None  # the dice roll or the order, as the webhook carried it
-
-    @property
-    def path(self) -> str:
-        return f"/hooks/{self.flow}/{self.name}"
-
-    @property
-    def standard(self) -> bool:
-        return self.token.startswith(STANDARD_WEBHOOKS_SECRET_PREFIX)
-
-    @property
-    def verified_by(self) -> str:
-        return "Standard Webhooks + JWT" if self.standard else "JWT (JWKS) + token"
-
-    @property
-    def retries(self) -> int:
-        return sum(n - 1 for n in self.attempts.values())
-
-    @property
-    def labels(self) -> list[str]:
-        return [a.label for a in self.accepted]
-
-    @property
-    def done(self) -> bool:
-        """Failed, or its last webhook says the task is over (order is kept per config)."""
-        if self.failures:
-            return True
-        last = self.accepted[-1].state if self.accepted else None
-        return last is not None and last.is_terminal
-
-    def expected_labels(self) -> list[str]:
-        """A config created after the task started gets a snapshot of the task as it was,
-        then every event published after it (its ``seq`` is higher)."""
-        if self.follows is None or not self.accepted:
-            return list(self.expected)
-        first = self.accepted[0]
-        if not first.label.startswith("task ("):
-            return list(self.expected)
-        later = [a.label for a in self.follows.accepted if a.seq > first.seq]
-        return [first.label, *later]
-
-
-class DemoSink:
-    """A webhook receiver: verifies each request on arrival and prints a timeline row.
-
-    It answers 503 to a route's first ``outage`` requests (a simulated outage), 401 when
-    a check fails, 200 otherwise.
-    """
-
-    def __init__(self, routes: list[Route], *, clock: Callable[[], float], out: Out, style: _Style):
-        self.routes = {r.path: r for r in routes}
-        self.clock = clock
-        self.out = out
-        self.style = style
-        self.jwks: Mapping[str, Any] = {}
-        self.issuer = ""
-        self.base_url = ""
-        # When the agent wrote a webhook (by its webhook-id) to its outbox, if known:
-        # each row's latency runs from then to the webhook's arrival here.
-        self.queued_at: Callable[[str], Awaitable[float | None]] | None = None
-        self._changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        host, port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{host}:{port}"
-        for route in self.routes.values():
-            route.url = self.base_url + route.path
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``predicate()`` holds after some webhook; its value at the end."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    await self._changed.wait()
-        except TimeoutError:
-            pass
-        return predicate()
-
-    def _notify(self) -> None:
-        woken, self._changed = self._changed, asyncio.Event()
-        woken.set()
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        raw = await request.read()  # verify these exact bytes; parse only after
-        arrived, now = self.clock(), time.time()
-        route = self.routes.get(request.path)
-        if route is None:
-            return web.Response(status=404)
-        latency = ""
-        queued = None
-        if self.queued_at is not None:
-            queued = await self.queued_at(request.headers.get(HEADER_WEBHOOK_ID, ""))
-        if queued is not None:
-            latency = f"{max(0.0, now - queued) * 1000:,.0f} ms"
-        try:
-            return self._receive(route, request.headers, raw, arrived, latency)
-        finally:
-            self._notify()
-
-    def _receive(
-        self, route: Route, headers: Mapping[str, str], raw: bytes, arrived: float, latency: str
-    ) -> web.Response:
-        route.requests += 1
-        webhook_id = headers.get(HEADER_WEBHOOK_ID, "?")
-        route.attempts[webhook_id] += 1
-        attempt = route.attempts[webhook_id]
-
-        label = "(unverified)"  # the body is not trusted, nor parsed, before it verifies
-        try:
-            claims = self._verify(route, headers, raw)
-            response = StreamResponse.model_validate_json(raw)
-            label, state = _label(response)
-            self._check_binding(route, claims, response)
-        except (JWTVerificationError, StandardWebhooksVerificationError, ValueError) as exc:
-            route.failures.append(f"rejected {label}: {exc}")
-            self._row(arrived, route, label, 401, latency, self.style.bad(f"✗ FAILED: {exc}"))
-            return web.Response(status=401)
-
-        seq = int(claims["seq"])
-        how = "HMAC + JWT" if route.standard else "JWT + token"
-        check = self.style.ok("signature verified ✓") + f" {how} · seq {seq}"
-        notes = []
-        if attempt > 1:
-            notes.append(f"retry {attempt - 1}")
-        outage = route.requests <= route.outage
-        if outage:
-            notes.append("simulated outage")
-        if notes:
-            check += self.style.dim(" · " + ", ".join(notes))
-        if outage:
-            self._row(arrived, route, label, 503, latency, check)
-            return web.Response(status=503)
-        route.accepted.append(Accepted(label, seq, response.task_id or "", state))
-        self._row(arrived, route, label, 200, latency, check)
-        return web.Response(status=200)
-
-    def _verify(self, route: Route, headers: Mapping[str, str], raw: bytes) -> dict[str, Any]:
-        if headers.get(HEADER_CONTENT_TYPE) != A2A_MEDIA_TYPE:
-            raise ValueError(f"Content-Type is {headers.get(HEADER_CONTENT_TYPE)!r}")
-        if route.standard:
-            if HEADER_NOTIFICATION_TOKEN in headers:
-                raise ValueError("the whsec_ secret travelled in a header")
-            standard_webhooks.verify(
-                route.token,
-                msg_id=headers.get(HEADER_WEBHOOK_ID, ""),
-                timestamp=headers.get(HEADER_WEBHOOK_TIMESTAMP, ""),
-                signature_header=headers.get(HEADER_WEBHOOK_SIGNATURE, ""),
-                body=raw,
-            )
-        elif not secrets.compare_digest(headers.get(HEADER_NOTIFICATION_TOKEN, ""), route.token):
-            raise ValueError(f"{HEADER_NOTIFICATION_TOKEN} is not the config's token")
-        token = headers.get(HEADER_SIGNATURE)
-        if not token:
-            raise ValueError(f"no {HEADER_SIGNATURE} header")
-        claims = verify_webhook_jwt(
-            token, jwks=self.jwks, body=raw, audience=route.url, issuer=self.issuer
-        )
-        if claims["jti"] != headers.get(HEADER_WEBHOOK_ID):
-            raise ValueError("the JWT's jti is not the webhook-id")
-        return claims
-
-    def _check_binding(
-        self, route: Route, claims: Mapping[str, Any], response: StreamResponse
-    ) -> None:
-        """The signed claims must name this config and the task the body is about."""
-        if claims.get("configId") != route.name:
-            raise ValueError(f"JWT configId {claims.get('configId')!r} is not {route.name!r}")
-        if claims.get("taskId") != response.task_id:
-            raise ValueError(f"JWT taskId {claims.get('taskId')!r} does not match the body")
-        event = response.event
-        if isinstance(event, TaskArtifactUpdateEvent):
-            route.artifact_text = next((p.text for p in event.artifact.parts if p.text), None)
-
-    def _row(
-        self, arrived: float, route: Route, label: str, status: int, latency: str, check: str
-    ) -> None:
-        http = str(status)
-        if status >= 400:
-            http = self.style.warn(http) if status == 503 else self.style.bad(http)
-            http = " " * (4 - len(str(status))) + http  # colour codes are invisible
-        self.out(
-            _ROW.format(
-                t=f"{arrived:.3f}s",
-                task=route.flow,
-                who=route.name,
-                event=label,
-                http=http,
-                latency=latency,
-                check=check,
-            )
-        )
 
 
 # ---- the client side --------------------------------------------------------------------------
@@ -421,7 +119,7 @@ class Client:
         *,
         clock: Callable[[], float],
         out: Out,
-        style: _Style,
+        style: Style,
     ) -> None:
         self.session = session
         self.url = url
@@ -468,7 +166,7 @@ class Client:
             "SendMessage", {"message": message, "configuration": configuration}
         )
         task: dict[str, Any] = result["task"]
-        self.say(flow, f"← task {task['id'][:8]}… {_state_name(task['status']['state'])}")
+        self.say(flow, f"← task {task['id'][:8]}… {state_name(task['status']['state'])}")
         return task
 
     async def state(self, task_id: str) -> str:
@@ -507,7 +205,7 @@ class _ForwardLogs(logging.Handler):
     letter is still a problem.
     """
 
-    def __init__(self, out: Out, style: _Style, problems: list[str]) -> None:
+    def __init__(self, out: Out, style: Style, problems: list[str]) -> None:
         super().__init__(logging.WARNING)
         self.out = out
         self.style = style
@@ -542,9 +240,9 @@ async def run_demo(out: Out = print, *, loop: bool = True) -> int:
     """Run the demo, writing lines to ``out``; return the exit code (0: all verified).
 
     Part 1 is the webhooks to a local sink; part 2 (``loop``) the whole loop through the
-    receiver, in its own process (:mod:`examples.demo_loop`).
+    receiver, in its own process (:mod:`a2a_push.demo.loop`).
     """
-    style = _Style(out is print and sys.stdout.isatty())
+    style = Style(out is print and sys.stdout.isatty())
     started = time.perf_counter()
 
     def clock() -> float:
@@ -597,7 +295,7 @@ async def run_demo(out: Out = print, *, loop: bool = True) -> int:
     return code
 
 
-def _crashed(exc: Exception, out: Out, style: _Style, problems: list[str]) -> None:
+def _crashed(exc: Exception, out: Out, style: Style, problems: list[str]) -> None:
     out(style.bad(f"✗ the demo crashed: {exc!r}"))
     out(traceback.format_exc().rstrip())
     problems.append(f"crashed: {exc!r}")
@@ -623,7 +321,7 @@ async def _run(
     tmp: Path,
     routes: list[Route],
     out: Out,
-    style: _Style,
+    style: Style,
     clock: Callable[[], float],
     problems: list[str],
 ) -> None:
@@ -689,7 +387,7 @@ async def _wait_for_state(
     if label in route.labels:
         return
     if not await client.poll_state(route.task_id, state, FLOW_TIMEOUT):
-        raise RpcError("GetTask", {"message": f"task never reached {_state_name(state)}"})
+        raise RpcError("GetTask", {"message": f"task never reached {state_name(state)}"})
 
 
 async def _roll(
@@ -715,7 +413,7 @@ async def _roll(
     await _settle(client, sink, jwt, whsec)
     done = await client.call("GetTask", {"id": task["id"], "historyLength": 0})
     result = _artifact_text(done, "dice-result")
-    client.say("roll", f"← GetTask: {_state_name(done['status']['state'])}, “{result}”")
+    client.say("roll", f"← GetTask: {state_name(done['status']['state'])}, “{result}”")
     for route in (jwt, whsec):
         if route.artifact_text is not None and route.artifact_text != result:
             problems.append(
@@ -738,7 +436,7 @@ async def _book(
     await _settle(client, sink, route)
     done = await client.call("GetTask", {"id": task["id"], "historyLength": 0})
     order = _artifact_text(done, "order")
-    client.say("book", f"← GetTask: {_state_name(done['status']['state'])}, “{order}”")
+    client.say("book", f"← GetTask: {state_name(done['status']['state'])}, “{order}”")
     if BOOKING_DATE not in order:
         problems.append(f"book: the order does not name the date: {order!r}")
 
@@ -761,7 +459,7 @@ async def _cancel(
     await _wait_for_state(client, sink, route, "statusUpdate (working)", TaskState.WORKING)
     client.say("echo", client.style.client("→ CancelTask") + f" {task['id'][:8]}… (it is working)")
     canceled = await client.call("CancelTask", {"id": task["id"]})
-    client.say("echo", f"← task {task['id'][:8]}… {_state_name(canceled['status']['state'])}")
+    client.say("echo", f"← task {task['id'][:8]}… {state_name(canceled['status']['state'])}")
     await _settle(client, sink, route)
 
 
@@ -772,7 +470,7 @@ def _artifact_text(task: Mapping[str, Any], name: str) -> str:
     return ""
 
 
-def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -> None:
+def _intro(out: Out, style: Style, tmp: Path, agent_url: str, sink: DemoSink) -> None:
     default = RetryPolicy()
     kids = ", ".join(str(k.get("kid", "?"))[:12] for k in sink.jwks.get("keys", []))
     out(
@@ -781,7 +479,7 @@ def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -
         )
     )
     out("")
-    out(f"  agent      examples/mock_agent.py at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
+    out(f"  agent      a2a-push mock-agent at {agent_url}/ (JSON-RPC, A2A-Version 1.0),")
     out(f"             its outbox and keys in {tmp}")
     out(f"  client     plain JSON-RPC, Authorization: {OWNER_AUTHORIZATION} (the owner)")
     out(f"  JWKS       fetched from {agent_url}{JWKS_PATH}: kid {kids}")
@@ -796,14 +494,14 @@ def _intro(out: Out, style: _Style, tmp: Path, agent_url: str, sink: DemoSink) -
     out("  latency    from the webhook's write to the agent's outbox to its arrival at the sink")
     out("             (a retry's includes the waits before it)")
     out("")
-    header = _ROW.format(
+    header = ROW.format(
         t="time", task="task", who="from", event="event", http="HTTP", latency="latency", check=""
     )
     out(header + "check")
     out("-" * (len(header) + 40))
 
 
-def _summarise(routes: list[Route], problems: list[str], out: Out, style: _Style) -> int:
+def _summarise(routes: list[Route], problems: list[str], out: Out, style: Style) -> int:
     """Print the table and the verdict; return the exit code."""
     rows = [
         (
@@ -838,7 +536,7 @@ def _summarise(routes: list[Route], problems: list[str], out: Out, style: _Style
         if strangers:
             failed.append(f"{where}: webhooks about another task: {', '.join(sorted(strangers))}")
         last = route.accepted[-1].state if route.accepted else None
-        final = _state_name(last) if last is not None and last.is_terminal else "—"
+        final = state_name(last) if last is not None and last.is_terminal else "—"
         order = " < ".join(map(str, seqs)) + (" ✓" if in_order else " ✗") if seqs else "—"
         rows.append(
             (
@@ -913,7 +611,3 @@ async def _run_until_signalled(stopped_by: list[signal.Signals]) -> int:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop, sig)
     return await run_demo()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Shared by the commands: errors, the parser class, argument types and formatting."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeAlias
+
+from ..gateway.client import check_gateway_url
+
+PROG = "a2a-push"
+
+ENV_DATABASE = "A2A_PUSH_DATABASE"
+
+ENV_ENCRYPTION_KEYS = "A2A_PUSH_ENCRYPTION_KEYS"
+
+ENV_KEYS_DIR = "A2A_PUSH_KEYS_DIR"
+
+ENV_ISSUER = "A2A_PUSH_ISSUER"
+
+
+class CLIError(Exception):
+    """A failure to report as one line on stderr, with the exit code to return."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line (what is wrong, where to read more) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CLIError(f"{message} (see `{self.prog} --help`)", 2)
+
+
+def note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = parse_seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    value = parse_seconds(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def iso_time(text: str) -> float:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (example: 2025-01-31T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def gateway_url(given: str, flag: str) -> str:
+    """A gateway's base URL, checked (a usage error never echoes credentials)."""
+    try:
+        return check_gateway_url(given, flag)
+    except ValueError as exc:
+        raise CLIError(str(exc), 2) from None
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def utc_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def duration(seconds: float) -> str:
+    total = max(0, round(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m {secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+def ago(ts: float, now: float) -> str:
+    if ts > now:
+        return f"in {duration(ts - now)}"
+    return f"{duration(now - ts)} ago"
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# (a string: the class cannot be subscripted at run time)
+Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
+
+
+def add_command(group: Commands, name: str, help_text: str, **kwargs: Any) -> Parser:
+    """A subcommand of ``group``; its description is ``help_text`` unless one is given."""
+    sub = group.add_parser(
+        name,
+        help=help_text,
+        description=kwargs.pop("description", help_text),
+        **kwargs,
+    )
+    sub.set_defaults(command_prog=sub.prog)
+    return sub

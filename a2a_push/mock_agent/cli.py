@@ -1,0 +1,139 @@
+"""``a2a-push mock-agent``: the mock agent's options, declared once, and how it starts.
+
+``python -m a2a_push.mock_agent`` runs the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from a2a_push.cli.common import PROG, CLIError, gateway_url, non_negative_seconds
+from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.delivery.ssrf import AddressPolicy
+
+from .app import DEFAULT_HOST, DEFAULT_LOG_LEVEL, DEFAULT_PORT, LOG_LEVELS, port_problem, serve
+from .flows import DEFAULT_STEP_DELAY
+
+ENV_GATEWAY_KEY = "A2A_PUSH_GATEWAY_KEY"
+
+DESCRIPTION = (
+    "Run the example A2A v1.0 agent with an embedded notifier: roll NdM, book X, report, "
+    "fail, reject, login, or any text to echo."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The options of ``a2a-push mock-agent`` (defaults from ``env``)."""
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"default: {DEFAULT_HOST}")
+    parser.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"1 to 65535 (default: {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the outbox and signing keys here (default: a temporary folder)",
+    )
+    parser.add_argument(
+        "--allow-webhook-host",
+        action="append",
+        default=[],
+        metavar="HOST_OR_CIDR",
+        dest="allow_webhook_hosts",
+        help="let webhooks go to this host, IP or CIDR (repeat for several); e.g. "
+        "127.0.0.1 for a receiver on this machine",
+    )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the agent's base URL as clients see it (default: http://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--step-delay",
+        type=non_negative_seconds,
+        default=DEFAULT_STEP_DELAY,
+        metavar="SECONDS",
+        help=f"pause between task steps (default: {DEFAULT_STEP_DELAY})",
+    )
+    parser.add_argument(
+        "--retry-schedule",
+        type=_delays,
+        metavar="SECONDS,...",
+        help="seconds before each durable webhook retry, e.g. 1,1,2,5 (default: "
+        f"{RetryPolicy().describe()})",
+    )
+    parser.add_argument(
+        "--gateway",
+        metavar="URL",
+        help="post events to this a2a-push gateway instead of the embedded notifier "
+        "(the gateway keeps the push configs and sends the webhooks)",
+    )
+    parser.add_argument(
+        "--gateway-key",
+        metavar="KEY",
+        default=env.get(ENV_GATEWAY_KEY),
+        help=f"the agent's API key at the gateway (default: ${ENV_GATEWAY_KEY})",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=DEFAULT_LOG_LEVEL,
+        help=f"log to stderr from this level (default: {DEFAULT_LOG_LEVEL}: webhook retries "
+        "and dead letters; INFO adds a line per request)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the mock agent as ``args`` say, until interrupted; the exit code."""
+    problem = port_problem(args.port)
+    if problem is not None:
+        raise CLIError(f"--port {args.port}: {problem}", 2)
+    try:
+        AddressPolicy(args.allow_webhook_hosts)
+    except ValueError as exc:
+        raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
+    if bool(args.gateway) != bool(args.gateway_key):
+        raise CLIError(f"--gateway needs --gateway-key (or ${ENV_GATEWAY_KEY})", 2)
+    return serve(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        allow_webhook_hosts=args.allow_webhook_hosts,
+        public_url=args.public_url,
+        step_delay=args.step_delay,
+        retry_schedule=args.retry_schedule,
+        gateway_url=gateway_url(args.gateway, "--gateway") if args.gateway else None,
+        gateway_key=args.gateway_key,
+        log_level=args.log_level,
+        prog=PROG,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``a2a-push mock-agent`` with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    from a2a_push.cli import main as cli_main
+
+    return cli_main(["mock-agent", *(sys.argv[1:] if argv is None else argv)])
+
+
+def _port(text: str) -> int:
+    # The range is checked when the agent starts (a usage error naming --port).
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)") from None
+
+
+def _delays(text: str) -> tuple[float, ...]:
+    try:
+        delays = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, e.g. 1,1,2,5") from None
+    if not all(math.isfinite(delay) and delay > 0 for delay in delays):
+        raise argparse.ArgumentTypeError(f"{text!r}: every delay must be a positive number")
+    return delays
