@@ -7,7 +7,8 @@ copy of the checkout's tracked files. The wheel is installed with ``--no-deps --
 into a new venv; its dependencies come from this project's venv through a ``.pth`` line,
 which is appended to ``sys.path`` after the new venv's own site-packages (and, being a
 plain path, runs none of the ``.pth`` files there: the editable install's finder stays
-off). Nothing is downloaded except the build backend the build frontend may fetch.
+off). Nothing is downloaded: the build runs without isolation, on the setuptools the
+dev extra installs.
 """
 
 from __future__ import annotations
@@ -90,7 +91,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
             shutil.copy2(REPO_ROOT / name, source / name)
     dist = root / "dist"
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--no-isolation",
+            "--sdist",
+            "--wheel",
+            "--outdir",
+            str(dist),
+            str(source),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
