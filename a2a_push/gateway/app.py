@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import json
 import logging
 import math
 import time
@@ -55,6 +54,7 @@ from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnap
 from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
+from .schemas import REPLAY_USAGE, BodyError, NoBody, ReplayRequest, parse_body
 from .settings import GatewaySettings
 from .state import GatewayState, TaskOwner, open_gateway_state
 
@@ -349,6 +349,9 @@ def _router_message(exc: web.HTTPException, request: web.Request) -> str:
     return f"{asked}: {exc.reason}"
 
 
+_LIST_PARAMETERS: Final = ("state", "task", "config", "since", "until", "limit", "after")
+
+
 def _integer(name: str, text: str) -> int:
     try:
         return int(text)
@@ -377,17 +380,6 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"not a finite number: {text!r}")
     return value
-
-
-def _is_time(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer past the float range
-        return False
 
 
 def _event_task_id(event: StreamResponse) -> str | None:
@@ -519,6 +511,13 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
     async def list_deliveries(request: web.Request) -> web.Response:
         q = request.query
+        unknown = sorted(set(q) - set(_LIST_PARAMETERS))
+        if unknown:
+            return _error(
+                400,
+                "invalid",
+                f"{unknown[0]}: unknown query parameter; use {', '.join(_LIST_PARAMETERS)}",
+            )
         try:
             state = _delivery_state(q["state"]) if "state" in q else None
             limit = _integer("limit", q.get("limit", "100"))
@@ -560,32 +559,22 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response(_delivery_json(d))
 
     async def replay(request: web.Request) -> web.Response:
-        usage = 'send {"ids": [...]} or {"since": t, "until": t, "task": id} (t: Unix seconds)'
         try:
-            body = json.loads(await request.read() or b"{}")
-        except (ValueError, RecursionError):
-            return _error(400, "malformed", "the body is not valid JSON")
-        ids = body.get("ids") if isinstance(body, dict) else None
-        if ids is None and isinstance(body, dict) and ("since" in body or "until" in body):
-            since, until, task = body.get("since"), body.get("until"), body.get("task")
-            if not all(_is_time(t) for t in (since, until)) or not (
-                task is None or (isinstance(task, str) and valid_task_id(task))
-            ):
-                return _error(400, "invalid", usage)
+            body = parse_body(ReplayRequest, await request.read(), REPLAY_USAGE)
+        except BodyError as exc:
+            return _error(400, "invalid", str(exc))
+        ids = body.ids
+        if ids is None:
             found = await gw.notifier.store.list_deliveries(
                 DeliveryFilter(
                     state=DeliveryState.DEAD,
-                    created_after=since,
-                    created_before=until,
-                    task_id=task,
+                    created_after=body.since,
+                    created_before=body.until,
+                    task_id=body.task,
                     limit=10_000,
                 )
             )
             ids = [d.id for d in found]
-        if not isinstance(ids, list) or not all(
-            isinstance(i, str) and valid_task_id(i) for i in ids
-        ):
-            return _error(400, "invalid", usage)
         return web.json_response({"replayed": await gw.notifier.replay(ids)})
 
     async def endpoints(request: web.Request) -> web.Response:
@@ -593,6 +582,10 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response({"open": sorted(health.open_endpoints())})
 
     async def set_config(request: web.Request) -> web.Response:
+        try:
+            parse_body(NoBody, await request.read(), "this request takes no body (or {})")
+        except BodyError as exc:
+            return _error(400, "invalid", str(exc))
         if not valid_task_id(request.match_info["key"]):
             return _error(404, "not_found", "no such config")
         enabled = request.match_info["action"] == "enable"
