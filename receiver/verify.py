@@ -554,7 +554,7 @@ class WebhookVerifier:
         allowed = ", ".join(sorted(m.value for m in policy.methods))
         if offered:
             raise _unauthorized(
-                "method_not_allowed",
+                "auth_method_not_allowed",
                 f"the request offers {' and '.join(offered)}; this agent may use: {allowed}",
             )
         raise _unauthorized("no_credentials", f"the request is not authenticated ({allowed})")

@@ -162,6 +162,41 @@ async def test_a_long_task_id_a_config_accepts_also_takes_events(gateway: Gatewa
         assert code == 400 and body["error"] == "invalid_task_id", body
 
 
+async def test_an_event_naming_a_bad_task_id_gets_invalid_task_id(gateway: Gateway) -> None:
+    # The documented code for an event's task id, whichever parser finds it broken: a
+    # lone surrogate escape is refused by the event model's JSON parser itself.
+    async with gateway() as url, aiohttp.ClientSession() as session:
+        for path, named in (
+            ("t", "\\ud800"),
+            ("t", "a\\udc00b"),
+            ("t", ""),
+            ("t", "t" * (MAX_ID_CHARS + 1)),
+            ("t", "a\\u0001b"),
+            ("%ED%A0%80", "\\ud800"),
+        ):
+            body = (
+                '{"statusUpdate": {"taskId": "' + named + '", "contextId": "c", '
+                '"status": {"state": "TASK_STATE_WORKING"}}}'
+            )
+            async with session.post(
+                f"{url}/v1/tasks/{path}/events", data=body, headers=_auth()
+            ) as resp:
+                answer = await resp.json()
+                assert resp.status == 400, (named, answer)
+            assert answer["error"] == "invalid_task_id", (named, answer)
+            assert "no lone surrogate" in answer["message"]
+        # Other mistakes in an event with a good task id stay invalid_event.
+        for body in (
+            '{"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": 5}}}',
+            '{"statusUpdate": {"taskId": "t", "contextId": "c"',
+            '{"nothing": {}}',
+        ):
+            async with session.post(f"{url}/v1/tasks/t/events", data=body, headers=_auth()) as resp:
+                answer = await resp.json()
+                assert resp.status == 400 and answer["error"] == "invalid_event", (body, answer)
+        assert await gateway.running.state.owner("t") is None  # type: ignore[attr-defined]
+
+
 async def test_a_refused_event_does_not_become_the_task_status(gateway: Gateway) -> None:
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         code, _ = await _post_event(session, url, "t-1", TaskState.WORKING)

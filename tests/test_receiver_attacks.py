@@ -498,7 +498,7 @@ async def test_token_valid_for_another_task_gets_404(rig: WebhookRig) -> None:
 async def test_token_alone_is_refused_for_an_agent_that_must_sign(rig: WebhookRig) -> None:
     _, token = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
-    await _refused(rig, body, {HEADER_NOTIFICATION_TOKEN: token}, 401, "method_not_allowed")
+    await _refused(rig, body, {HEADER_NOTIFICATION_TOKEN: token}, 401, "auth_method_not_allowed")
 
 
 async def test_request_without_credentials_gets_401(rig: WebhookRig) -> None:

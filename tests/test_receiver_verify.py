@@ -263,7 +263,7 @@ async def test_the_strongest_allowed_method_is_used(keyset: KeySet) -> None:
 
 async def test_a_method_the_policy_does_not_allow_is_refused(keyset: KeySet) -> None:
     refusal = await _rejected(_verifier(keyset), {HEADER_NOTIFICATION_TOKEN: TOKEN})
-    assert (refusal.status, refusal.reason) == (401, "method_not_allowed")
+    assert (refusal.status, refusal.reason) == (401, "auth_method_not_allowed")
     assert "offers a token" in str(refusal) and "jwt" in str(refusal)
 
 

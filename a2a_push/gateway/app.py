@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import json
 import logging
 import math
 import time
@@ -382,6 +383,36 @@ def _finite(text: str) -> float:
     return value
 
 
+_INVALID_TASK_ID: Final = (
+    f"the task id must be text of at most {MAX_ID_CHARS} characters (no NUL, no control "
+    "characters, no lone surrogate)"
+)
+_EVENT_TASK_KEYS: Final = (
+    ("statusUpdate", "taskId"),
+    ("status_update", "task_id"),
+    ("artifactUpdate", "taskId"),
+    ("artifact_update", "task_id"),
+    ("task", "id"),
+)
+
+
+def _named_task_id(raw: bytes) -> object:
+    """The task id a refused event body names (None: none found), read with the
+    standard library's parser, which takes what the event model's refuses (a lone
+    surrogate escape): only to tell a bad task id from other mistakes."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    for variant, key in _EVENT_TASK_KEYS:
+        inner = body.get(variant)
+        if isinstance(inner, dict) and key in inner:
+            return inner[key]
+    return None
+
+
 def _event_task_id(event: StreamResponse) -> str | None:
     inner = event.event
     if isinstance(inner, Task):
@@ -425,19 +456,14 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             )
         except Exception:
             log.exception("unexpected error answering %s %s", request.method, request.path)
-            return _error(500, "internal_error", "internal error; see the gateway's log")
+            return _error(500, "internal", "internal error; see the gateway's log")
 
     async def post_event(request: web.Request) -> web.Response:
         agent_id = gw.agent_for(request.headers)
         assert agent_id is not None
         task_id = request.match_info["task_id"]
         if not valid_task_id(task_id):
-            return _error(
-                400,
-                "invalid_task_id",
-                f"the task id must be text of at most {MAX_ID_CHARS} characters (no NUL, "
-                "no control characters, no lone surrogate)",
-            )
+            return _error(400, "invalid_task_id", _INVALID_TASK_ID)
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:
@@ -448,6 +474,11 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         try:
             event = StreamResponse.model_validate_json(raw)
         except ValidationError as exc:
+            named = _named_task_id(raw)
+            if isinstance(named, str) and not valid_task_id(named):
+                # The id rule, whichever parser found it broken (a lone surrogate is
+                # refused by the JSON parser itself): the code the docs give for it.
+                return _error(400, "invalid_task_id", _INVALID_TASK_ID)
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             message = str(first["msg"]).removeprefix("Value error, ")
@@ -455,6 +486,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         event_task = _event_task_id(event)
         if event_task is None:
             return _error(400, "invalid_event", "post a task, statusUpdate or artifactUpdate")
+        if not valid_task_id(event_task):
+            return _error(400, "invalid_task_id", _INVALID_TASK_ID)
         if event_task != task_id:
             return _error(400, "invalid_event", f"the event is for task {event_task!r}")
         inner = event.event
