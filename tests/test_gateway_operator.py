@@ -24,7 +24,7 @@ from a2a_push.protocol.types import TaskState
 from a2a_push.testing import WebhookSink
 from receiver.verify import JWKSCache, VerifyPolicy, WebhookVerifier
 
-from .conftest import require_postgres
+from .conftest import postgres_schema, require_postgres
 from .gateway_support import (
     ADMIN_KEY,
     AGENT_KEY,
@@ -241,6 +241,53 @@ async def test_the_issuer_in_the_start_up_line_is_the_one_webhooks_carry(
     finally:
         proc.terminate()
         await proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_replicas_signing_as_different_issuers_are_warned_about(
+    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replicas without one --public-url each sign as their own http://HOST:PORT, and a
+    receiver refuses all but one. The database they share records the issuer of the
+    last gateway to start; one that signs as another says so, with what to set."""
+    database = str(tmp_path / "outbox.db")
+    if backend == "postgres":
+        dsn, schema = require_postgres(), postgres_schema()
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        finally:
+            await conn.close()
+        database = f"{dsn}?search_path={schema}"
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "signs webhooks as issuer" in r.getMessage()
+        ]
+
+    first = gateway_settings(database, public_url="https://push.example.com/")
+    other = gateway_settings(database)  # no public_url: it signs as http://127.0.0.1:PORT
+    with caplog.at_level(logging.WARNING, logger="a2a_push.gateway.app"):
+        async with running_gateway(first):
+            pass
+        # The same public_url (its trailing slash aside): the same issuer.
+        async with running_gateway(gateway_settings(database, public_url=first.base_url)):
+            pass
+        assert warnings() == []
+        async with running_gateway(other):
+            pass
+    [message] = warnings()
+    assert f"signs webhooks as issuer {other.base_url}," in message
+    assert "signed as https://push.example.com:" in message
+    assert "--public-url (public_url, A2A_GATEWAY_PUBLIC_URL)" in message
+    assert f'set issuer = "{other.base_url}"' in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="a2a_push.gateway.app"):
+        async with running_gateway(gateway_settings(database, public_url=other.base_url)):
+            pass  # the issuer the last one used: nothing to say
+    assert warnings() == []
 
 
 def test_a_config_file_with_keys_others_can_read_is_warned_about(tmp_path: Path) -> None:

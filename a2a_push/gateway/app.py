@@ -56,7 +56,7 @@ from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
 from .schemas import REPLAY_USAGE, BodyError, NoBody, ReplayRequest, parse_body
-from .settings import GatewaySettings
+from .settings import ENV_PREFIX, GatewaySettings
 from .state import GatewayState, TaskOwner, open_gateway_state
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,8 @@ HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 MAINTENANCE_INTERVAL: Final = 3600.0
 """Seconds between two runs of the gateway's upkeep (finished tasks, retired keys)."""
 TASK_PURGE_BATCH: Final = 1000
+META_ISSUER: Final = "issuer"
+"""The gateway state's record of the issuer the last gateway to start signed as."""
 
 
 class Gateway:
@@ -107,6 +109,7 @@ class Gateway:
             await self.notifier.store.open()
             await self.state.open()
             await self.reload_keys(starting=True)
+            await self.check_issuer()
             await self.notifier.start()
         except BaseException:
             # aiohttp runs no cleanup for a startup that failed: close what is open, or
@@ -129,6 +132,29 @@ class Gateway:
         self._key_watcher = self._maintenance = None
         await self.notifier.stop()
         await self.state.close()
+
+    async def check_issuer(self) -> None:
+        """Record the issuer this gateway signs as in the database its replicas share,
+        and warn when the gateway that started on it before signed as another: a
+        receiver trusts one issuer per agent, so it refuses one replica's webhooks (or,
+        after a change of public_url, every webhook until its issuer is updated)."""
+        issuer = self.notifier.issuer
+        before = await self.state.swap_meta(META_ISSUER, issuer)
+        if before is None or before[0] == issuer:
+            return
+        previous, at = before
+        log.warning(
+            "this gateway signs webhooks as issuer %s, but the gateway that started before "
+            "it on this database (at %s) signed as %s: receivers accept one issuer per agent "
+            "and refuse the other's webhooks. Give every replica the same --public-url "
+            "(public_url, %sPUBLIC_URL), the URL receivers reach the gateways at; if the "
+            "change is meant, set issuer = %s in each receiver's entry for these agents",
+            issuer,
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)),
+            previous,
+            ENV_PREFIX,
+            json.dumps(issuer),
+        )
 
     async def reload_keys(self, *, starting: bool = False) -> bool:
         """Adopt keys another replica (or ``a2a-push keys rotate``) stored; True if changed."""
