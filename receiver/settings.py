@@ -42,7 +42,13 @@ from a2a_push.settings_files import read_config_file as read_config_file  # re-e
 from a2a_push.signing.keys import ALGORITHMS
 from a2a_push.signing.standard_webhooks import is_standard_webhooks_secret
 
-from .verify import DEFAULT_FRESHNESS_SECONDS, AuthMethod, VerifyPolicy, allowed_methods
+from .verify import (
+    DEFAULT_FRESHNESS_SECONDS,
+    AuthMethod,
+    VerifyPolicy,
+    allowed_methods,
+    issuer_spellings,
+)
 
 ENV_PREFIX: Final = "A2A_RECEIVER_"
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -153,9 +159,11 @@ class AgentSettings(_Model):
 
     @property
     def issuers(self) -> tuple[str, ...]:
-        if self.issuer is not None:
-            return (self.issuer,)
-        return tuple(dict.fromkeys((self.url.rstrip("/"), self.origin)))
+        """The JWT ``iss`` values this agent's webhooks may carry: ``issuer``, else its
+        URL and its origin; an origin-only one with or without a trailing slash
+        (:func:`receiver.verify.issuer_spellings`)."""
+        named = (self.issuer,) if self.issuer is not None else (self.url.rstrip("/"), self.origin)
+        return tuple(dict.fromkeys(s for issuer in named for s in issuer_spellings(issuer)))
 
     @property
     def origin(self) -> str:

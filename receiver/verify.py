@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
+from urllib.parse import urlsplit
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -131,6 +132,32 @@ def issuer_fix(seen: object) -> str:
     return f"; set issuer = {json.dumps(seen)} in this agent's [[agents]] entry{ISSUER_HINT}"
 
 
+def issuer_spellings(issuer: str) -> tuple[str, ...]:
+    """The JWT ``iss`` values that name ``issuer``: itself and, for an origin-only URL
+    (``https://host[:port]``, nothing after it but one optional ``/``), the same with
+    or without that trailing slash. An empty path and ``/`` are the same resource
+    (RFC 3986, 6.2.3), so an issuer copied with or without it still matches. A URL with
+    a path is compared as written: ``https://host/a`` and ``https://host/a/`` may be
+    different resources, and so different issuers."""
+    try:
+        parts = urlsplit(issuer)
+    except ValueError:
+        return (issuer,)
+    if (
+        parts.scheme.lower() not in ("http", "https")
+        or not parts.netloc
+        or "@" in parts.netloc
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "?" in issuer
+        or "#" in issuer
+    ):
+        return (issuer,)
+    bare = issuer.removesuffix("/")
+    return (issuer, bare + "/" if issuer == bare else bare)
+
+
 def is_valid_id(value: object) -> TypeGuard[str]:
     """Whether ``value`` may name a task, context or webhook: 1 to 256 printable
     characters (no NUL or other control characters, no lone surrogates)."""
@@ -144,7 +171,8 @@ class VerifyPolicy:
     ``methods`` lists the authentication an agent may use: keep ``token`` off for agents
     that sign, since a token alone proves less (it travels with every request).
     ``audience`` is this receiver's webhook URL as the agent knows it; ``issuer`` is the
-    agent's base URL, the JWT ``iss``. Either may be None to skip that check.
+    agent's base URL, the JWT ``iss`` (an origin-only one matches with or without a
+    trailing slash: :func:`issuer_spellings`). Either may be None to skip that check.
     """
 
     methods: frozenset[AuthMethod] = frozenset({AuthMethod.JWT})
@@ -554,7 +582,7 @@ class WebhookVerifier:
         allowed = ", ".join(sorted(m.value for m in policy.methods))
         if offered:
             raise _unauthorized(
-                "method_not_allowed",
+                "auth_method_not_allowed",
                 f"the request offers {' and '.join(offered)}; this agent may use: {allowed}",
             )
         raise _unauthorized("no_credentials", f"the request is not authenticated ({allowed})")
@@ -585,13 +613,20 @@ class WebhookVerifier:
         # Only a kid a valid JWT could name is worth a refetch (or a "retry" answer).
         wanted = isinstance(kid, str) and kid and header.get("alg") in policy.algorithms
         jwks = await self.jwks.get(refresh_for_kid=kid if wanted else None)
+        issuer = policy.issuer
+        if issuer is not None:
+            # Another spelling of the same issuer (a trailing slash after an origin)
+            # is the issuer: the signature, checked against it, still decides.
+            seen = unverified_issuer(token)
+            if seen is not None and seen in issuer_spellings(issuer):
+                issuer = seen
         try:
             claims = verify_webhook_jwt(
                 token,
                 jwks=jwks,
                 body=body,
                 audience=policy.audience,
-                issuer=policy.issuer,
+                issuer=issuer,
                 algorithms=policy.algorithms,
                 leeway=60,
                 now=int(current),

@@ -9,7 +9,7 @@ import secrets
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,12 +334,19 @@ class WebhookRig:
         return int(notifications), int(seen)
 
 
-def webhook_settings(tmp_path: Path, agents: dict[str, FakeAgent], port: int) -> ReceiverSettings:
+def webhook_settings(
+    tmp_path: Path,
+    agents: dict[str, FakeAgent],
+    port: int,
+    configured_issuers: Mapping[str, str] | None = None,
+) -> ReceiverSettings:
+    """``configured_issuers``: an agent's ``issuer`` setting, when not the one it signs
+    with (another spelling of it, say)."""
     configured = []
     for name, agent in agents.items():
         entry: dict[str, Any] = {
             "url": agent.url,
-            "issuer": agent.issuer,
+            "issuer": (configured_issuers or {}).get(name, agent.issuer),
             "auth": list(AGENT_AUTH_METHODS[name]),
             "jwks_url": agent.jwks_url,
         }
@@ -360,7 +367,9 @@ def webhook_settings(tmp_path: Path, agents: dict[str, FakeAgent], port: int) ->
 
 
 @asynccontextmanager
-async def webhook_rig(tmp_path: Path) -> AsyncIterator[WebhookRig]:
+async def webhook_rig(
+    tmp_path: Path, configured_issuers: Mapping[str, str] | None = None
+) -> AsyncIterator[WebhookRig]:
     agents: dict[str, FakeAgent] = {}
     agent_server = TestServer(_fake_agents_app(agents), host="127.0.0.1")
     await agent_server.start_server()
@@ -372,7 +381,7 @@ async def webhook_rig(tmp_path: Path) -> AsyncIterator[WebhookRig]:
     receiver_server: TestServer | None = None
     try:
         port = _free_port()
-        settings = webhook_settings(tmp_path, agents, port)
+        settings = webhook_settings(tmp_path, agents, port, configured_issuers)
         app = create_app(settings)
         receiver_server = TestServer(app, host="127.0.0.1", port=port)
         await receiver_server.start_server()

@@ -162,6 +162,41 @@ async def test_a_long_task_id_a_config_accepts_also_takes_events(gateway: Gatewa
         assert code == 400 and body["error"] == "invalid_task_id", body
 
 
+async def test_an_event_naming_a_bad_task_id_gets_invalid_task_id(gateway: Gateway) -> None:
+    # The documented code for an event's task id, whichever parser finds it broken: a
+    # lone surrogate escape is refused by the event model's JSON parser itself.
+    async with gateway() as url, aiohttp.ClientSession() as session:
+        for path, named in (
+            ("t", "\\ud800"),
+            ("t", "a\\udc00b"),
+            ("t", ""),
+            ("t", "t" * (MAX_ID_CHARS + 1)),
+            ("t", "a\\u0001b"),
+            ("%ED%A0%80", "\\ud800"),
+        ):
+            body = (
+                '{"statusUpdate": {"taskId": "' + named + '", "contextId": "c", '
+                '"status": {"state": "TASK_STATE_WORKING"}}}'
+            )
+            async with session.post(
+                f"{url}/v1/tasks/{path}/events", data=body, headers=_auth()
+            ) as resp:
+                answer = await resp.json()
+                assert resp.status == 400, (named, answer)
+            assert answer["error"] == "invalid_task_id", (named, answer)
+            assert "no lone surrogate" in answer["message"]
+        # Other mistakes in an event with a good task id stay invalid_event.
+        for body in (
+            '{"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": 5}}}',
+            '{"statusUpdate": {"taskId": "t", "contextId": "c"',
+            '{"nothing": {}}',
+        ):
+            async with session.post(f"{url}/v1/tasks/t/events", data=body, headers=_auth()) as resp:
+                answer = await resp.json()
+                assert resp.status == 400 and answer["error"] == "invalid_event", (body, answer)
+        assert await gateway.running.state.owner("t") is None  # type: ignore[attr-defined]
+
+
 async def test_a_refused_event_does_not_become_the_task_status(gateway: Gateway) -> None:
     async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
         code, _ = await _post_event(session, url, "t-1", TaskState.WORKING)
@@ -225,6 +260,77 @@ async def test_admin_endpoints_refuse_bad_input_with_400(gateway: Gateway) -> No
                 assert resp.status == 400, (body[:30], await resp.text())
         async with session.get(f"{url}/admin/deliveries?limit=1", headers=admin) as resp:
             assert resp.status == 200
+
+
+async def test_admin_requests_with_unknown_keys_are_refused_and_change_nothing(
+    gateway: Gateway,
+) -> None:
+    # A key the gateway does not know was dropped before: {"state": "bogus", "since": 0}
+    # replayed every dead letter since 1970. Now a 400 names the key, before anything
+    # is read or written.
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with WebhookSink() as sink, gateway() as url, aiohttp.ClientSession() as session:
+        sink.set_default("/hook", 400)  # dead-lettered at once
+        made = await rpc(
+            session, url, "CreateTaskPushNotificationConfig", {"taskId": "t", "url": sink.url()}
+        )
+        assert "result" in made, made
+        assert (await _post_event(session, url, "t", TaskState.WORKING))[0] == 202
+        dead: list[dict[str, Any]] = []
+        for _ in range(100):
+            async with session.get(f"{url}/admin/deliveries?state=dead", headers=admin) as resp:
+                dead = (await resp.json())["deliveries"]
+            if dead:
+                break
+            await asyncio.sleep(0.05)
+        assert len(dead) == 1
+        delivery, key = dead[0]["id"], dead[0]["configKey"]
+        for body, named in (
+            ({"state": "bogus", "since": 0}, "state: unknown key"),
+            ({"ids": [delivery], "dryRun": True}, "dryRun: unknown key"),
+            ({"ids": [delivery], "since": 0}, "not both"),
+            ({"since": "0"}, "since: Input should be a valid number"),
+            ({"since": True}, "since: Input should be a valid number"),
+            ({"ids": delivery}, "ids: Input should be a valid array"),
+            ({"since": 0, "task": ["t"]}, "task: Input should be a valid string"),
+            ([delivery], "the body must be a JSON object"),
+        ):
+            async with session.post(
+                f"{url}/admin/deliveries/replay", json=body, headers=admin
+            ) as resp:
+                answer = await resp.json()
+                assert resp.status == 400, (body, answer)
+            assert answer["error"] == "invalid" and named in answer["message"], (body, answer)
+        async with session.post(
+            f"{url}/admin/deliveries/replay", data="not json", headers=admin
+        ) as resp:
+            answer = await resp.json()
+            assert resp.status == 400 and answer["error"] == "invalid", answer
+            assert "not valid JSON" in answer["message"]
+        async with session.post(
+            f"{url}/admin/configs/{key}/disable", json={"reason": "noisy"}, headers=admin
+        ) as resp:
+            answer = await resp.json()
+            assert resp.status == 400 and "reason: unknown key" in answer["message"], answer
+        async with session.get(f"{url}/admin/deliveries?status=pending", headers=admin) as resp:
+            answer = await resp.json()
+            assert resp.status == 400 and answer["error"] == "invalid", answer
+            assert answer["message"].startswith("status: unknown query parameter"), answer
+        # Nothing was replayed, and the config is still enabled.
+        store = gateway.running.notifier.store  # type: ignore[attr-defined]
+        after = await store.get_delivery(delivery)
+        assert after is not None and after.state.value == "dead"
+        config = await store.get_config_by_key(key)
+        assert config is not None and config.enabled
+        # The same requests without the stray keys work.
+        async with session.post(
+            f"{url}/admin/deliveries/replay", json={"since": 0}, headers=admin
+        ) as resp:
+            assert resp.status == 200 and (await resp.json())["replayed"] == 1
+        async with session.post(
+            f"{url}/admin/configs/{key}/disable", json={}, headers=admin
+        ) as resp:
+            assert resp.status == 200, await resp.text()
 
 
 def test_settings_name_bad_databases_and_never_echo_keys(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,8 +20,20 @@ import asyncpg
 import pytest
 from yarl import URL
 
-from .conftest import require_postgres
-from .gateway_support import ADMIN_KEY, AGENT_KEY, free_port, gateway_settings, running_gateway
+from a2a_push.protocol.types import TaskState
+from a2a_push.testing import WebhookSink
+from receiver.verify import JWKSCache, VerifyPolicy, WebhookVerifier
+
+from .conftest import postgres_schema, require_postgres
+from .gateway_support import (
+    ADMIN_KEY,
+    AGENT_KEY,
+    free_port,
+    gateway_settings,
+    rpc,
+    running_gateway,
+    status,
+)
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
@@ -174,9 +186,108 @@ def test_a_gateway_on_every_interface_without_public_url_warns(tmp_path: Path) -
 def test_port_0_names_the_port_it_got(tmp_path: Path) -> None:
     """--port 0 takes a free port; the banner and the issuer name it, not :0."""
     text = _output_until_listening(_gateway("--port", "0", "--data-dir", str(tmp_path / "d")))
-    match = re.search(r"listening on 127\.0\.0\.1:(\d+) as http://127\.0\.0\.1:(\d+)/", text)
+    match = re.search(
+        r"listening on 127\.0\.0\.1:(\d+); issuer \(JWT iss\) http://127\.0\.0\.1:(\d+);", text
+    )
     assert match is not None, text
     assert match.group(1) == match.group(2) != "0"
+
+
+async def test_the_issuer_in_the_start_up_line_is_the_one_webhooks_carry(
+    tmp_path: Path,
+) -> None:
+    """The start-up line names the issuer exactly as the JWT iss has it (it said
+    "as http://HOST:PORT/", with a slash the iss lacks): copied into a receiver's
+    verifier with the JWKS URL beside it, it verifies the gateway's webhooks."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *_gateway("--port", str(port), "--data-dir", str(tmp_path / "d")),
+        "--allow-webhook-host",
+        "127.0.0.1",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        while line := (await asyncio.wait_for(proc.stdout.readline(), 60)).decode():
+            if "listening on" in line:
+                banner = line
+                break
+        match = re.search(r"issuer \(JWT iss\) (\S+); .* JWKS at (\S+)$", banner.strip())
+        assert match is not None, banner
+        issuer, jwks_url = match.groups()
+        assert issuer == f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        async with WebhookSink() as sink, aiohttp.ClientSession() as session:
+            made = await rpc(
+                session,
+                url,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": "t", "id": "c", "url": sink.url()},
+            )
+            assert "result" in made, made
+            event = {"statusUpdate": status("t", TaskState.WORKING).to_json_dict()}
+            async with session.post(f"{url}/v1/tasks/t/events", json=event, headers=AGENT) as resp:
+                assert resp.status == 202, await resp.text()
+            await sink.wait_for(1)
+            webhook = sink.on("/hook")[0]
+            verifier = WebhookVerifier(
+                VerifyPolicy(issuer=issuer, audience=sink.url()),
+                JWKSCache(jwks_url, session=session),
+            )
+            verified = await verifier.verify(dict(webhook.headers), webhook.body)
+        assert verified.claims is not None and verified.claims["iss"] == issuer
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_replicas_signing_as_different_issuers_are_warned_about(
+    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replicas without one --public-url each sign as their own http://HOST:PORT, and a
+    receiver refuses all but one. The database they share records the issuer of the
+    last gateway to start; one that signs as another says so, with what to set."""
+    database = str(tmp_path / "outbox.db")
+    if backend == "postgres":
+        dsn, schema = require_postgres(), postgres_schema()
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        finally:
+            await conn.close()
+        database = f"{dsn}?search_path={schema}"
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "signs webhooks as issuer" in r.getMessage()
+        ]
+
+    first = gateway_settings(database, public_url="https://push.example.com/")
+    other = gateway_settings(database)  # no public_url: it signs as http://127.0.0.1:PORT
+    with caplog.at_level(logging.WARNING, logger="a2a_push.gateway.app"):
+        async with running_gateway(first):
+            pass
+        # The same public_url (its trailing slash aside): the same issuer.
+        async with running_gateway(gateway_settings(database, public_url=first.base_url)):
+            pass
+        assert warnings() == []
+        async with running_gateway(other):
+            pass
+    [message] = warnings()
+    assert f"signs webhooks as issuer {other.base_url}," in message
+    assert "signed as https://push.example.com:" in message
+    assert "--public-url (public_url, A2A_GATEWAY_PUBLIC_URL)" in message
+    assert f'set issuer = "{other.base_url}"' in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="a2a_push.gateway.app"):
+        async with running_gateway(gateway_settings(database, public_url=other.base_url)):
+            pass  # the issuer the last one used: nothing to say
+    assert warnings() == []
 
 
 def test_a_config_file_with_keys_others_can_read_is_warned_about(tmp_path: Path) -> None:

@@ -230,14 +230,17 @@ async def test_the_upkeep_runs_at_start_and_survives_failures(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     database = str(tmp_path / "outbox.db")
-    gw = Gateway(gateway_settings(database, task_retention_days=0))  # it keeps them
+    # One issuer across the restarts (a new one is warned about, and this test counts
+    # the warnings).
+    issuer = {"public_url": "http://gateway.test"}
+    gw = Gateway(gateway_settings(database, task_retention_days=0, **issuer))  # it keeps them
     await gw.start()
     await gw.record("agent-a", "old", _status(TaskState.COMPLETED), "c")
     await _age(gw.state, "old", time.time() - 8 * DAY)
     await gw.stop()
 
     # At start: the background job forgets it, with one line saying how many.
-    gw = Gateway(gateway_settings(database))
+    gw = Gateway(gateway_settings(database, **issuer))
     with caplog.at_level(logging.INFO, logger="a2a_push.gateway.app"):
         await gw.start()
         try:
@@ -251,7 +254,7 @@ async def test_the_upkeep_runs_at_start_and_survives_failures(
     caplog.clear()
 
     # A failure is one warning line (no traceback); the job goes on and stops cleanly.
-    gw = Gateway(gateway_settings(database))
+    gw = Gateway(gateway_settings(database, **issuer))
     called = asyncio.Event()
 
     async def failing(*, updated_before: float, limit: int = 1000) -> int:

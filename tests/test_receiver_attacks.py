@@ -223,6 +223,30 @@ async def test_an_untrusted_issuer_is_logged_on_one_line_and_never_echoed(
     assert "A" * 500 not in line  # cut
 
 
+async def test_an_origin_issuer_is_matched_with_or_without_its_trailing_slash(
+    tmp_path: Path,
+) -> None:
+    # A gateway's start-up line showed "http://HOST:PORT/" while its JWTs carry no
+    # slash: an issuer copied from it refused every webhook (unknown_issuer). One
+    # trailing slash after an origin is the same issuer; anything else is not.
+    async with webhook_rig(tmp_path, {"a": "http://agent-a.test/"}) as r:
+        sub_a, _ = await r.subscribe("a", "task-a")
+        sub_b, _ = await r.subscribe("b", "task-b")
+        for agent, sub, issuer in (
+            ("a", sub_a, "http://agent-a.test"),  # configured with the slash
+            ("a", sub_a, "http://agent-a.test/"),
+            ("b", sub_b, "http://agent-b.test/"),  # configured without it
+        ):
+            body = status_update(sub.task_id)
+            await _accepted(r, body, _with_jwt(r.jwt(agent, body, sub, issuer=issuer)))
+        stored = r.stored()
+        for issuer in ("http://agent-a.test//", "http://agent-a.test/x"):
+            body = status_update("task-a")
+            got, answer = await r.post(body, _with_jwt(r.jwt("a", body, sub_a, issuer=issuer)))
+            assert (got, answer["error"]) == (401, "unknown_issuer"), (issuer, answer)
+        assert r.stored() == stored
+
+
 async def test_jwt_naming_another_trusted_agent_as_issuer_is_refused(rig: WebhookRig) -> None:
     sub, _ = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
@@ -498,7 +522,7 @@ async def test_token_valid_for_another_task_gets_404(rig: WebhookRig) -> None:
 async def test_token_alone_is_refused_for_an_agent_that_must_sign(rig: WebhookRig) -> None:
     _, token = await rig.subscribe("a", "task-1")
     body = status_update("task-1")
-    await _refused(rig, body, {HEADER_NOTIFICATION_TOKEN: token}, 401, "method_not_allowed")
+    await _refused(rig, body, {HEADER_NOTIFICATION_TOKEN: token}, 401, "auth_method_not_allowed")
 
 
 async def test_request_without_credentials_gets_401(rig: WebhookRig) -> None:

@@ -540,7 +540,7 @@ async def test_receiver_refuses_sdk_token_webhooks_when_its_policy_wants_signatu
         agent.executor.release.set()
         statuses = await agent.wait_deliveries(r.webhook_url, 2)  # artifact, completed
         assert set(statuses) == {401}, statuses
-        assert r.count("method_not_allowed") == len(statuses)
+        assert r.count("auth_method_not_allowed") == len(statuses)
         assert r.count("accepted") == 0
         status, stored = await r.task(task["id"])
         assert status == 200 and stored["status"]["state"] == WORKING

@@ -44,7 +44,11 @@ credentials = "Bearer s3cret"
     assert a.methods == {AuthMethod.JWT, AuthMethod.TOKEN}
     assert "s3cret" not in repr(settings)  # secrets are masked
     assert settings.api_keys[0].client_id == "alice"
-    assert settings.agents[1].issuers == ("http://agent-b.test/rpc", "http://agent-b.test")
+    assert settings.agents[1].issuers == (
+        "http://agent-b.test/rpc",
+        "http://agent-b.test",
+        "http://agent-b.test/",  # an origin, with or without its slash
+    )
 
 
 def test_json_config_files_work_too(tmp_path: Path) -> None:
@@ -97,7 +101,7 @@ def test_an_environment_agent_list_keeps_the_files_options_for_its_urls(tmp_path
     assert a.methods == {AuthMethod.TOKEN}
     assert a.credentials is not None and a.credentials.get_secret_value() == "Bearer a-secret"
     assert a.jwks_url == "http://keys.test/jwks.json"
-    assert a.issuers == ("https://issuer-a.test",)
+    assert a.issuers == ("https://issuer-a.test", "https://issuer-a.test/")
     assert a.protocol_version == "0.3"
     assert c.methods == {AuthMethod.JWT}  # only in the environment: the defaults
     assert c.credentials is None and c.jwks_url is None

@@ -32,6 +32,7 @@ from receiver.verify import (
     WebhookVerifier,
     allowed_methods,
     check_token,
+    issuer_spellings,
     presented_jwt,
     presented_token,
     token_digest,
@@ -103,6 +104,53 @@ async def test_jwt_verifies_against_a_static_jwks(keyset: KeySet) -> None:
     assert verified.timestamp == NOW  # the JWT iat, without a webhook-timestamp
     assert (verified.task_id, verified.config_id, verified.seq) == ("task-1", "cfg-1", 7)
     assert verified.claims is not None and verified.claims["iss"] == ISSUER
+
+
+@pytest.mark.parametrize(
+    ("configured", "signed"),
+    [
+        ("https://agent.example/", "https://agent.example"),
+        ("https://agent.example", "https://agent.example/"),
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+    ],
+)
+async def test_an_origin_issuer_matches_with_or_without_a_trailing_slash(
+    keyset: KeySet, configured: str, signed: str
+) -> None:
+    # A gateway's start-up line showed its issuer with a slash its JWTs lack: copied
+    # into the policy, every webhook was refused. An origin and an origin with "/" are
+    # one resource, so one issuer.
+    headers = {HEADER_SIGNATURE: _sign(keyset, issuer=signed), HEADER_WEBHOOK_ID: "msg_1"}
+    verified = await _verifier(keyset, issuer=configured).verify(headers, BODY, now=NOW)
+    assert verified.claims is not None and verified.claims["iss"] == signed
+
+
+@pytest.mark.parametrize(
+    ("configured", "signed"),
+    [
+        ("https://agent.example/a/", "https://agent.example/a"),  # paths: as written
+        ("https://agent.example/a", "https://agent.example/a/"),
+        ("https://agent.example", "https://agent.example//"),  # one slash, not any
+        ("https://agent.example", "https://agent.example/?"),
+        ("https://agent.example", "https://other.example/"),
+    ],
+)
+async def test_other_issuer_spellings_are_still_refused(
+    keyset: KeySet, configured: str, signed: str
+) -> None:
+    headers = {HEADER_SIGNATURE: _sign(keyset, issuer=signed), HEADER_WEBHOOK_ID: "msg_1"}
+    refusal = await _rejected(_verifier(keyset, issuer=configured), headers)
+    assert (refusal.status, refusal.reason) == (401, "bad_issuer")
+
+
+def test_issuer_spellings() -> None:
+    assert issuer_spellings("https://a.example") == ("https://a.example", "https://a.example/")
+    assert issuer_spellings("https://a.example:8443/") == (
+        "https://a.example:8443/",
+        "https://a.example:8443",
+    )
+    for as_written in ("https://a.example/p", "https://a.example/p/", "urn:x", "https://a/#f"):
+        assert issuer_spellings(as_written) == (as_written,)
 
 
 async def test_jwt_in_authorization_bearer_verifies(keyset: KeySet) -> None:
@@ -263,7 +311,7 @@ async def test_the_strongest_allowed_method_is_used(keyset: KeySet) -> None:
 
 async def test_a_method_the_policy_does_not_allow_is_refused(keyset: KeySet) -> None:
     refusal = await _rejected(_verifier(keyset), {HEADER_NOTIFICATION_TOKEN: TOKEN})
-    assert (refusal.status, refusal.reason) == (401, "method_not_allowed")
+    assert (refusal.status, refusal.reason) == (401, "auth_method_not_allowed")
     assert "offers a token" in str(refusal) and "jwt" in str(refusal)
 
 

@@ -55,7 +55,8 @@ from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnap
 from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
-from .settings import GatewaySettings
+from .schemas import REPLAY_USAGE, BodyError, NoBody, ReplayRequest, parse_body
+from .settings import ENV_PREFIX, GatewaySettings
 from .state import GatewayState, TaskOwner, open_gateway_state
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 MAINTENANCE_INTERVAL: Final = 3600.0
 """Seconds between two runs of the gateway's upkeep (finished tasks, retired keys)."""
 TASK_PURGE_BATCH: Final = 1000
+META_ISSUER: Final = "issuer"
+"""The gateway state's record of the issuer the last gateway to start signed as."""
 
 
 class Gateway:
@@ -106,6 +109,7 @@ class Gateway:
             await self.notifier.store.open()
             await self.state.open()
             await self.reload_keys(starting=True)
+            await self.check_issuer()
             await self.notifier.start()
         except BaseException:
             # aiohttp runs no cleanup for a startup that failed: close what is open, or
@@ -128,6 +132,29 @@ class Gateway:
         self._key_watcher = self._maintenance = None
         await self.notifier.stop()
         await self.state.close()
+
+    async def check_issuer(self) -> None:
+        """Record the issuer this gateway signs as in the database its replicas share,
+        and warn when the gateway that started on it before signed as another: a
+        receiver trusts one issuer per agent, so it refuses one replica's webhooks (or,
+        after a change of public_url, every webhook until its issuer is updated)."""
+        issuer = self.notifier.issuer
+        before = await self.state.swap_meta(META_ISSUER, issuer)
+        if before is None or before[0] == issuer:
+            return
+        previous, at = before
+        log.warning(
+            "this gateway signs webhooks as issuer %s, but the gateway that started before "
+            "it on this database (at %s) signed as %s: receivers accept one issuer per agent "
+            "and refuse the other's webhooks. Give every replica the same --public-url "
+            "(public_url, %sPUBLIC_URL), the URL receivers reach the gateways at; if the "
+            "change is meant, set issuer = %s in each receiver's entry for these agents",
+            issuer,
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)),
+            previous,
+            ENV_PREFIX,
+            json.dumps(issuer),
+        )
 
     async def reload_keys(self, *, starting: bool = False) -> bool:
         """Adopt keys another replica (or ``a2a-push keys rotate``) stored; True if changed."""
@@ -349,6 +376,9 @@ def _router_message(exc: web.HTTPException, request: web.Request) -> str:
     return f"{asked}: {exc.reason}"
 
 
+_LIST_PARAMETERS: Final = ("state", "task", "config", "since", "until", "limit", "after")
+
+
 def _integer(name: str, text: str) -> int:
     try:
         return int(text)
@@ -379,15 +409,34 @@ def _finite(text: str) -> float:
     return value
 
 
-def _is_time(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
+_INVALID_TASK_ID: Final = (
+    f"the task id must be text of at most {MAX_ID_CHARS} characters (no NUL, no control "
+    "characters, no lone surrogate)"
+)
+_EVENT_TASK_KEYS: Final = (
+    ("statusUpdate", "taskId"),
+    ("status_update", "task_id"),
+    ("artifactUpdate", "taskId"),
+    ("artifact_update", "task_id"),
+    ("task", "id"),
+)
+
+
+def _named_task_id(raw: bytes) -> object:
+    """The task id a refused event body names (None: none found), read with the
+    standard library's parser, which takes what the event model's refuses (a lone
+    surrogate escape): only to tell a bad task id from other mistakes."""
     try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer past the float range
-        return False
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    for variant, key in _EVENT_TASK_KEYS:
+        inner = body.get(variant)
+        if isinstance(inner, dict) and key in inner:
+            return inner[key]
+    return None
 
 
 def _event_task_id(event: StreamResponse) -> str | None:
@@ -433,19 +482,14 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             )
         except Exception:
             log.exception("unexpected error answering %s %s", request.method, request.path)
-            return _error(500, "internal_error", "internal error; see the gateway's log")
+            return _error(500, "internal", "internal error; see the gateway's log")
 
     async def post_event(request: web.Request) -> web.Response:
         agent_id = gw.agent_for(request.headers)
         assert agent_id is not None
         task_id = request.match_info["task_id"]
         if not valid_task_id(task_id):
-            return _error(
-                400,
-                "invalid_task_id",
-                f"the task id must be text of at most {MAX_ID_CHARS} characters (no NUL, "
-                "no control characters, no lone surrogate)",
-            )
+            return _error(400, "invalid_task_id", _INVALID_TASK_ID)
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:
@@ -456,6 +500,11 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         try:
             event = StreamResponse.model_validate_json(raw)
         except ValidationError as exc:
+            named = _named_task_id(raw)
+            if isinstance(named, str) and not valid_task_id(named):
+                # The id rule, whichever parser found it broken (a lone surrogate is
+                # refused by the JSON parser itself): the code the docs give for it.
+                return _error(400, "invalid_task_id", _INVALID_TASK_ID)
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             message = str(first["msg"]).removeprefix("Value error, ")
@@ -463,6 +512,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         event_task = _event_task_id(event)
         if event_task is None:
             return _error(400, "invalid_event", "post a task, statusUpdate or artifactUpdate")
+        if not valid_task_id(event_task):
+            return _error(400, "invalid_task_id", _INVALID_TASK_ID)
         if event_task != task_id:
             return _error(400, "invalid_event", f"the event is for task {event_task!r}")
         inner = event.event
@@ -519,6 +570,13 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
     async def list_deliveries(request: web.Request) -> web.Response:
         q = request.query
+        unknown = sorted(set(q) - set(_LIST_PARAMETERS))
+        if unknown:
+            return _error(
+                400,
+                "invalid",
+                f"{unknown[0]}: unknown query parameter; use {', '.join(_LIST_PARAMETERS)}",
+            )
         try:
             state = _delivery_state(q["state"]) if "state" in q else None
             limit = _integer("limit", q.get("limit", "100"))
@@ -560,32 +618,22 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response(_delivery_json(d))
 
     async def replay(request: web.Request) -> web.Response:
-        usage = 'send {"ids": [...]} or {"since": t, "until": t, "task": id} (t: Unix seconds)'
         try:
-            body = json.loads(await request.read() or b"{}")
-        except (ValueError, RecursionError):
-            return _error(400, "malformed", "the body is not valid JSON")
-        ids = body.get("ids") if isinstance(body, dict) else None
-        if ids is None and isinstance(body, dict) and ("since" in body or "until" in body):
-            since, until, task = body.get("since"), body.get("until"), body.get("task")
-            if not all(_is_time(t) for t in (since, until)) or not (
-                task is None or (isinstance(task, str) and valid_task_id(task))
-            ):
-                return _error(400, "invalid", usage)
+            body = parse_body(ReplayRequest, await request.read(), REPLAY_USAGE)
+        except BodyError as exc:
+            return _error(400, "invalid", str(exc))
+        ids = body.ids
+        if ids is None:
             found = await gw.notifier.store.list_deliveries(
                 DeliveryFilter(
                     state=DeliveryState.DEAD,
-                    created_after=since,
-                    created_before=until,
-                    task_id=task,
+                    created_after=body.since,
+                    created_before=body.until,
+                    task_id=body.task,
                     limit=10_000,
                 )
             )
             ids = [d.id for d in found]
-        if not isinstance(ids, list) or not all(
-            isinstance(i, str) and valid_task_id(i) for i in ids
-        ):
-            return _error(400, "invalid", usage)
         return web.json_response({"replayed": await gw.notifier.replay(ids)})
 
     async def endpoints(request: web.Request) -> web.Response:
@@ -593,6 +641,10 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         return web.json_response({"open": sorted(health.open_endpoints())})
 
     async def set_config(request: web.Request) -> web.Response:
+        try:
+            parse_body(NoBody, await request.read(), "this request takes no body (or {})")
+        except BodyError as exc:
+            return _error(400, "invalid", str(exc))
         if not valid_task_id(request.match_info["key"]):
             return _error(404, "not_found", "no such config")
         enabled = request.match_info["action"] == "enable"

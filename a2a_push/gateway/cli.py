@@ -163,9 +163,12 @@ def _serve(
             settings.base_url,
             ENV_PREFIX,
         )
+    # The issuer exactly as the JWTs carry it (no trailing slash added): the value to
+    # copy into a receiver's issuer setting.
     banner = (
-        f"gateway: listening on {settings.host}:{settings.port} as {settings.base_url}/ "
-        f"on {gateway.notifier.store.location}; JWKS at {settings.base_url}/.well-known/jwks.json"
+        f"gateway: listening on {settings.host}:{settings.port}; issuer (JWT iss) "
+        f"{gateway.notifier.issuer}; database {gateway.notifier.store.location}; "
+        f"JWKS at {settings.base_url}/.well-known/jwks.json"
     )
     run_app(
         create_app(settings, gateway=gateway),

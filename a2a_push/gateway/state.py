@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS gateway_signing_keys (
     created_at REAL NOT NULL,
     retired_at REAL
 );
+CREATE TABLE IF NOT EXISTS gateway_meta (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
 """
 
 _PG_SCHEMA: Final = """
@@ -59,6 +64,11 @@ CREATE TABLE IF NOT EXISTS gateway_signing_keys (
     private    TEXT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL,
     retired_at DOUBLE PRECISION
+);
+CREATE TABLE IF NOT EXISTS gateway_meta (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
 );
 """
 # Serialises schema creation and key rotation across replicas.
@@ -114,6 +124,11 @@ class GatewayState(abc.ABC):
         (completed, failed, canceled, rejected), last updated before ``updated_before``,
         and with no push config left for the task in the outbox. Their ids are then
         unowned: the next agent to name one owns it, as a new task. The count deleted."""
+
+    @abc.abstractmethod
+    async def swap_meta(self, name: str, value: str) -> tuple[str, float] | None:
+        """Record ``value`` as ``name`` (e.g. the issuer this replica signs as); what was
+        recorded before, and when (None: nothing). Atomic across replicas."""
 
     @abc.abstractmethod
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]: ...
@@ -286,6 +301,26 @@ class SQLiteGatewayState(GatewayState):
         )
         return max(cursor.rowcount, 0)
 
+    async def swap_meta(self, name: str, value: str) -> tuple[str, float] | None:
+        conn = self._db()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            before = conn.execute(
+                "SELECT value, updated_at FROM gateway_meta WHERE name = ?", (name,)
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO gateway_meta (name, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (name, value, time.time()),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return None if before is None else (before[0], before[1])
+
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
         rows = (
             self._db()
@@ -449,6 +484,28 @@ class PostgresGatewayState(GatewayState):
 
         tag = await self._run(op)  # "DELETE <n>"
         return int(str(tag).rsplit(" ", 1)[-1])
+
+    async def swap_meta(self, name: str, value: str) -> tuple[str, float] | None:
+        async def op(conn: Any) -> Any:
+            async with conn.transaction():
+                # Serialised: two replicas starting at once on an empty table must not
+                # both find nothing recorded.
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
+                before = await conn.fetchrow(
+                    "SELECT value, updated_at FROM gateway_meta WHERE name = $1 FOR UPDATE", name
+                )
+                await conn.execute(
+                    "INSERT INTO gateway_meta (name, value, updated_at) VALUES ($1, $2, $3) "
+                    "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, "
+                    "updated_at = EXCLUDED.updated_at",
+                    name,
+                    value,
+                    time.time(),
+                )
+                return before
+
+        before = await self._run(op)
+        return None if before is None else (before[0], before[1])
 
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
         async def op(conn: Any) -> Any:

@@ -1,0 +1,102 @@
+"""The gateway's admin request bodies, as pydantic models.
+
+Every model refuses keys it does not define (``extra="forbid"``) and values of another
+type (strict: ``"5"`` is no number, ``true`` no time), so a misspelt or misplaced key is
+a 400 naming it, never a request that quietly does something else (a replay of every
+dead letter because its filter was dropped). :func:`parse_body` reads a body into one,
+with a message naming the key; the same models can describe the API (JSON Schema).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from a2a_push.protocol.types import id_problem
+
+_UNIX_TIME: Final = "Unix seconds, e.g. 1767225600"
+
+UnixTime = Annotated[float, Field(allow_inf_nan=False, description=_UNIX_TIME)]
+
+
+class AdminBody(BaseModel):
+    """A request body of the admin API: unknown keys and loose types are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ReplayRequest(AdminBody):
+    """``POST /admin/deliveries/replay``: dead letters to send again, by id or by the
+    window they were created in (``since`` inclusive, ``until`` exclusive), optionally
+    narrowed to one task."""
+
+    ids: list[str] | None = Field(default=None, description="delivery ids (msg_...)")
+    since: UnixTime | None = None
+    until: UnixTime | None = None
+    task: str | None = Field(default=None, description="only this task's dead letters")
+
+    @field_validator("ids")
+    @classmethod
+    def _ids(cls, value: list[str] | None) -> list[str] | None:
+        for i, item in enumerate(value or ()):
+            problem = id_problem(item)
+            if problem is not None:
+                raise ValueError(f"item {i} {problem}")
+        return value
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, value: str | None) -> str | None:
+        problem = None if value is None else id_problem(value)
+        if problem is not None:
+            raise ValueError(f"task {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ReplayRequest:
+        window = self.since is not None or self.until is not None
+        if self.ids is not None and (window or self.task is not None):
+            raise ValueError("give ids, or a since/until window (and task), not both")
+        if self.ids is None and not window:
+            raise ValueError("give ids, or since and/or until (task alone is not enough)")
+        return self
+
+
+class NoBody(AdminBody):
+    """A route that takes no body (``POST /admin/configs/{key}/enable``): nothing, or
+    ``{}``."""
+
+
+REPLAY_USAGE: Final = (
+    'send {"ids": [...]} or {"since": t, "until": t, "task": id} (t: Unix seconds)'
+)
+
+Body = TypeVar("Body", bound=AdminBody)
+
+
+class BodyError(ValueError):
+    """A request body its model refused; the message names the key and what is wrong."""
+
+
+def parse_body(model: type[Body], raw: bytes, usage: str) -> Body:
+    """``raw`` (empty: ``{}``) read as ``model``; :class:`BodyError` naming the first
+    problem's key, with ``usage`` after it."""
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        raise BodyError(f"{_first_problem(exc)}; {usage}") from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[0]
+    kind = first["type"]
+    where = ".".join(str(p) for p in first["loc"])
+    if kind == "json_invalid":
+        return "the body is not valid JSON"
+    if kind == "extra_forbidden":
+        return f"{where}: unknown key"
+    if kind == "model_type":
+        return "the body must be a JSON object"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
