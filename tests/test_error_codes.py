@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {
     "gateway": ["a2a_push/gateway/app.py", "a2a_push/httputil.py"],
     "receiver": [
-        "receiver/app.py",
+        "receiver/core.py",
+        "receiver/api.py",
         "receiver/verify.py",
         "a2a_push/httputil.py",
         # Its reasons reach the receiver's answers (verify passes exc.reason on).
