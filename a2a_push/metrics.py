@@ -104,6 +104,12 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.store_round_trips = Counter(
+            "a2a_push_store_round_trips_total",
+            "Network round trips to the database server (statements, BEGIN and COMMIT; "
+            "0 for SQLite), counted at each scrape",
+            registry=r,
+        )
         self.configs_disabled = Counter(
             "a2a_push_configs_disabled_total",
             "Configs disabled by delivery (410 Gone, failure window)",

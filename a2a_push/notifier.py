@@ -202,6 +202,7 @@ class PushNotifier:
         self.retention = retention if retention is not None else Retention()
         self._janitor: asyncio.Task[None] | None = None
         self._started = False
+        self._round_trips_counted = 0  # the store's round trips the metric has counted
         self._stopped = False
         # The event loop of start(): the store, dispatcher and connection pool belong to it.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -725,6 +726,10 @@ class PushNotifier:
                 counts[state.value] += 1
         for state_name, n in counts.items():
             m.breakers.labels(state_name).set(n)
+        trips = self.store.round_trips
+        if trips > self._round_trips_counted:
+            m.store_round_trips.inc(trips - self._round_trips_counted)
+        self._round_trips_counted = trips
 
 
 def _task_scoped_key(task_id: str, key: str) -> str:

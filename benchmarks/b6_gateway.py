@@ -57,6 +57,63 @@ class B6Params:
         return self.tasks * self.events_per_task
 
 
+@dataclass
+class Drain:
+    """What one drain measured."""
+
+    rate: float
+    expected: int
+    duplicates: int
+    lost: int
+    # PostgreSQL rows only (None for SQLite):
+    round_trips: float | None = None  # the gateways' round trips per delivery drained
+    enqueue_round_trips: float | None = None  # the publishes' round trips per delivery
+    gateway_cpu_us: float | None = None  # the gateways' CPU per delivery, microseconds
+    server_cpu_us: float | None = None  # the PostgreSQL server's CPU per delivery
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
+def _postgres_pids() -> list[int]:
+    """The PostgreSQL server's processes on this machine (its backends included)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", "rb") as f:
+                    if f.read().strip() == b"postgres":
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+async def _round_trips(url: str) -> float:
+    """A gateway's ``a2a_push_store_round_trips_total``, scraped."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith("a2a_push_store_round_trips_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
 async def _enqueue(store: Store, sink: Sink, p: B6Params, keyset: KeySet) -> list[str]:
     """The backlog, written without a dispatcher; the delivery ids."""
     ids: list[str] = []
@@ -122,10 +179,8 @@ async def _stop(procs: list[asyncio.subprocess.Process]) -> None:
     await asyncio.gather(*(stop_process(proc, grace=25) for proc in procs))
 
 
-async def _drain_postgres(
-    workers: int, sink: Sink, p: B6Params, keyset: KeySet
-) -> tuple[float, int, int, int]:
-    """(deliveries/s, expected, duplicates, lost) for ``workers`` gateway processes."""
+async def _drain_postgres(workers: int, sink: Sink, p: B6Params, keyset: KeySet) -> Drain:
+    """``workers`` gateway processes draining the backlog on one PostgreSQL schema."""
     import asyncpg
 
     from a2a_push.store.postgres import PostgresStore
@@ -135,33 +190,60 @@ async def _drain_postgres(
     await conn.execute(f'CREATE SCHEMA "{schema}"')
     await conn.close()
     try:
-        ids = await _enqueue(PostgresStore(DSN, schema=schema), sink, p, keyset)
+        publisher = PostgresStore(DSN, schema=schema)
+        ids = await _enqueue(publisher, sink, p, keyset)
+        enqueue_trips = publisher.round_trips / len(ids)
         await sink.reset()
         database = f"{DSN}?search_path={schema}"
         started = time.time()
-        procs = [(await _gateway(database))[0] for _ in range(workers)]
+        gateways = [await _gateway(database) for _ in range(workers)]
+        procs = [proc for proc, _ in gateways]
+        pids = [proc.pid for proc in procs]
+        server = _postgres_pids()
+        # CPU from the first receipt (start-up not counted) to the last.
+        first_cpu: list[float] = []
+
+        async def watch_first() -> None:
+            for _ in range(int(p.drain_limit / 0.02)):
+                if (await sink.stats()).count:
+                    break
+                await asyncio.sleep(0.02)
+            first_cpu.extend([_cpu_seconds(pids), _cpu_seconds(server)])
+
+        watcher = asyncio.create_task(watch_first())
         try:
             stats = await sink.wait_count(
                 len(ids), limit=p.drain_limit, tag=TAG, label=f"{workers} gateway(s)", every=5
             )
+            last_cpu = [_cpu_seconds(pids), _cpu_seconds(server)]
             end = stats.last or time.time()
             first = stats.first or started
             await asyncio.sleep(1.0)  # anything sent twice arrives now
             stats = await sink.stats(times=True)
+            trips = sum([await _round_trips(url) for _, url in gateways])
         finally:
+            watcher.cancel()
             await _stop(procs)
         seen = set(stats.times)
-        lost = len(set(ids) - seen)
-        duplicates = stats.count - len(seen)
-        rate = len(seen) / (end - first) if end > first else 0.0
-        return rate, len(ids), duplicates, lost
+        drained = max(len(seen), 1)
+        cpu = [(b - a) * 1e6 / drained for a, b in zip(first_cpu, last_cpu)] or [None, None]
+        return Drain(
+            rate=len(seen) / (end - first) if end > first else 0.0,
+            expected=len(ids),
+            duplicates=stats.count - len(seen),
+            lost=len(set(ids) - seen),
+            round_trips=trips / drained,
+            enqueue_round_trips=enqueue_trips,
+            gateway_cpu_us=cpu[0],
+            server_cpu_us=cpu[1],
+        )
     finally:
         conn = await asyncpg.connect(DSN)
         await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await conn.close()
 
 
-async def _drain_sqlite(sink: Sink, p: B6Params, keyset: KeySet) -> tuple[float, int, int, int]:
+async def _drain_sqlite(sink: Sink, p: B6Params, keyset: KeySet) -> Drain:
     with temp_dir("a2a-push-b6-") as tmp:
         db = tmp / "b6.db"
         ids = await _enqueue(SQLiteStore(db), sink, p, keyset)
@@ -182,7 +264,7 @@ async def _drain_sqlite(sink: Sink, p: B6Params, keyset: KeySet) -> tuple[float,
             stats = await sink.stats(times=True)
     seen = set(stats.times)
     rate = len(seen) / (end - first) if end > first else 0.0
-    return rate, len(ids), stats.count - len(seen), len(set(ids) - seen)
+    return Drain(rate, len(ids), stats.count - len(seen), len(set(ids) - seen))
 
 
 async def _postgres_problem() -> str | None:
@@ -216,23 +298,55 @@ async def run(p: B6Params | None = None) -> dict[str, Any]:
     rows: list[list[object]] = []
     results: dict[str, Any] = {}
     async with Sink() as sink:
-        rate, expected, dups, lost = await _drain_sqlite(sink, p, keyset)
-        rows.append(["embedded notifier, SQLite", 1, rate, expected, dups, lost, ""])
-        results["sqlite"] = rate
+        d = await _drain_sqlite(sink, p, keyset)
+        rows.append(["embedded notifier, SQLite", 1, d.rate, d.expected, d.duplicates, d.lost])
+        rows[-1] += [None, None, None, None, "", ""]
+        results["sqlite"] = d.rate
         if problem is None:
             for workers in (1, 2):
-                rate, expected, dups, lost = await _drain_postgres(workers, sink, p, keyset)
-                note = "" if lost == 0 else "drain did not finish within the limit"
-                rows.append(["gateway, PostgreSQL", workers, rate, expected, dups, lost, note])
-                results[f"pg{workers}"] = rate
-                results[f"pg{workers}_duplicates"] = dups
-                results[f"pg{workers}_lost"] = lost
+                d = await _drain_postgres(workers, sink, p, keyset)
+                note = "" if d.lost == 0 else "drain did not finish within the limit"
+                ratio = f"{d.rate / results['sqlite']:.2f}x" if results["sqlite"] else ""
+                rows.append(
+                    [
+                        "gateway, PostgreSQL",
+                        workers,
+                        d.rate,
+                        d.expected,
+                        d.duplicates,
+                        d.lost,
+                        d.round_trips,
+                        d.enqueue_round_trips,
+                        d.gateway_cpu_us,
+                        d.server_cpu_us,
+                        ratio,
+                        note,
+                    ]
+                )
+                results[f"pg{workers}"] = d.rate
+                results[f"pg{workers}_duplicates"] = d.duplicates
+                results[f"pg{workers}_lost"] = d.lost
+                results[f"pg{workers}_round_trips"] = d.round_trips
+                results[f"pg{workers}_gateway_cpu_us"] = d.gateway_cpu_us
         else:
-            rows.append(["gateway, PostgreSQL", "-", None, None, None, None, f"skipped: {problem}"])
+            rows.append(["gateway, PostgreSQL", "-", *[None] * 8, "", f"skipped: {problem}"])
     say()
     say(
         table(
-            ["system", "workers", "deliveries/s", "expected", "duplicates", "lost", "note"],
+            [
+                "system",
+                "workers",
+                "deliveries/s",
+                "expected",
+                "duplicates",
+                "lost",
+                "RT/delivery",
+                "RT/publish",
+                "gateway CPU us/delivery",
+                "PostgreSQL CPU us/delivery",
+                "vs SQLite",
+                "note",
+            ],
             rows,
         )
     )
@@ -242,8 +356,17 @@ async def run(p: B6Params | None = None) -> dict[str, Any]:
     say()
     if problem is None:
         say(f"  target: no duplicate sends and nothing lost without crashes   {verdict(ok)}")
-        if results.get("pg1"):
-            say(f"  2 workers / 1 worker: {results['pg2'] / results['pg1']:.2f}x")
+        if results.get("pg1") and results.get("sqlite"):
+            one = results["pg1"] / results["sqlite"]
+            two = results["pg2"] / results["pg1"]
+            say(
+                f"  target: one gateway >= 0.7x the embedded SQLite notifier: {one:.2f}x   "
+                f"{verdict(one >= 0.7)}"
+            )
+            say(f"  target: two gateways >= one gateway: {two:.2f}x   {verdict(two >= 1.0)}")
+        say("  RT: network round trips to PostgreSQL (statements, BEGIN, COMMIT), from the")
+        say("  gateways' a2a_push_store_round_trips_total, per delivery drained; RT/publish: the")
+        say("  enqueue's, per delivery; CPU: user + system, from the first receipt to the last")
     else:
         say(f"  PostgreSQL not reachable at {DSN}: B6 not measured")
     say()

@@ -823,3 +823,41 @@ async def test_a_delivery_in_a_state_of_another_tool_is_dead_lettered_with_the_r
     assert [d.task_id for d in claimed] == ["good"]
     (bad,) = await store.list_deliveries(DeliveryFilter(task_id="bad"))
     assert bad.state is DeliveryState.DEAD and "its state is 'PENDING'" in (bad.last_error or "")
+
+
+async def test_round_trips_are_counted_each_statement_and_transaction(
+    open_stores: OpenStores,
+) -> None:
+    """What B6 and the a2a_push_store_round_trips_total metric report: a read is one
+    round trip; a transaction adds its BEGIN and COMMIT (and a bookkeeping one the
+    statement that turns off its flush wait) to its statements."""
+    (store,) = await open_stores(1)
+    before = store.round_trips
+    assert await store.get_config("task-1", "nope", "o") is None
+    assert store.round_trips == before + 1
+    await store.put_config(config("task-1"))
+    # BEGIN, lock_tasks, find_config_key, count_task_configs, insert_config, COMMIT.
+    assert store.round_trips == before + 1 + 6
+    before = store.round_trips
+    await store.purge_idempotency_keys(created_before=NOW)
+    # BEGIN, SET LOCAL synchronous_commit, the DELETE, COMMIT.
+    assert store.round_trips == before + 4
+
+
+async def test_the_round_trips_metric_follows_the_store() -> None:
+    from a2a_push.notifier import PushNotifier
+    from a2a_push.signing import KeySet
+
+    store = PostgresStore(require_postgres(), schema=postgres_schema(), pool=FAST_POOL)
+    notifier = PushNotifier(
+        store, issuer="http://agent.test", keyset=KeySet.generate(), run_dispatcher=False
+    )
+    async with notifier:
+        await notifier.refresh_metrics()
+        first = notifier.metrics.store_round_trips._value.get()
+        assert 0 < first <= store.round_trips  # the notifier's own work may go on
+        await store.get_config("t", "c", "o")
+        await notifier.refresh_metrics()
+        # At least the read, and the stats query of the refresh.
+        counted = notifier.metrics.store_round_trips._value.get()
+        assert first + 2 <= counted <= store.round_trips

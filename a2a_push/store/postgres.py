@@ -454,14 +454,24 @@ class PostgresStore(SQLStore):
 
     async def _transaction(self, op: Callable[[Tx], Awaitable[T]], *, sync: bool = True) -> T:
         async with self._transaction_connection() as conn:
-            tx = _PostgresTx(conn)
+            self.round_trips += 2  # BEGIN, COMMIT
+            if not sync:
+                self.round_trips += 1
+                # Bookkeeping (claims, outcomes, releases, purges): its commit does not
+                # wait for the WAL flush. A database server that crashes may lose the
+                # last fraction of a second of it, and then a webhook goes again (the
+                # receiver deduplicates it); a publish is always flushed first.
+                await conn.execute(_Q["commit_without_flush"])
+            tx = _PostgresTx(conn, self)
             result = await op(tx)
             if tx.notified:
+                self.round_trips += 1
                 # Sent at commit, so listeners never wake before the work is visible.
                 await conn.execute(_Q["notify"], NOTIFY_CHANNEL, self._notify_payload)
             return result
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
+        self.round_trips += 1
         async with self._connection() as conn:
             return list(await conn.fetch(_Q[query], *args))
 
@@ -550,6 +560,7 @@ class PostgresStore(SQLStore):
             f"SELECT d.*, {LEASED_UNTIL} FROM deliveries d WHERE {' AND '.join(clauses)} "
             f"ORDER BY id LIMIT ${len(params)}"
         )
+        self.round_trips += 1
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)
         return [self._delivery_from_row(r) for r in rows]
@@ -559,6 +570,7 @@ class PostgresStore(SQLStore):
         database server's, so the query answers how far ahead the earliest one is. A
         process whose clock is off then neither claims in a loop before the lane is due
         (clock ahead) nor oversleeps it (clock behind)."""
+        self.round_trips += 1
         async with self._connection() as conn:
             value = await conn.fetchval(_Q["next_due_at"], sorted(exclude_endpoints))
         return time.time() + float(value) if value is not None else None
@@ -567,10 +579,11 @@ class PostgresStore(SQLStore):
 class _PostgresTx:
     """A transaction on a pooled connection (see ``sqlstore.Tx``)."""
 
-    __slots__ = ("_conn", "notified")
+    __slots__ = ("_conn", "_store", "notified")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, store: PostgresStore) -> None:
         self._conn = conn
+        self._store = store  # counts the round trips
         self.notified = False
 
     async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
@@ -578,6 +591,7 @@ class _PostgresTx:
         ``now``, or else the database server's clock once every lock is held (in the same
         statement: no extra round trip). Leases and due times written with it agree with
         every other replica's claims, whatever the clock of this host says."""
+        self._store.round_trips += 1
         at: float = await self._conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
         return at
 
@@ -587,21 +601,27 @@ class _PostgresTx:
         return 0.0 if now is not None else at - time.time()
 
     async def try_lock_task(self, task_id: str) -> bool:
+        self._store.round_trips += 1
         return bool(await self._conn.fetchval(_Q["try_lock_task"], _LOCK_TASK, task_id))
 
     async def execute(self, query: str, *args: Any) -> int:
+        self._store.round_trips += 1
         return _rowcount(await self._conn.execute(_Q[query], *args))
 
     async def executemany(self, query: str, args: Iterable[Sequence[Any]]) -> None:
+        self._store.round_trips += 1
         await self._conn.executemany(_Q[query], args)
 
     async def fetch(self, query: str, *args: Any) -> list[Any]:
+        self._store.round_trips += 1
         return list(await self._conn.fetch(_Q[query], *args))
 
     async def fetchrow(self, query: str, *args: Any) -> Any | None:
+        self._store.round_trips += 1
         return await self._conn.fetchrow(_Q[query], *args)
 
     async def fetchval(self, query: str, *args: Any) -> Any:
+        self._store.round_trips += 1
         return await self._conn.fetchval(_Q[query], *args)
 
     def array(self, values: Sequence[str]) -> Any:

@@ -43,6 +43,10 @@ FROM (
 -- name: try_lock_task
 SELECT pg_try_advisory_xact_lock($1::integer, hashtext($2));
 
+-- name: commit_without_flush
+-- For the rest of this transaction only (see PostgresStore._transaction).
+SET LOCAL synchronous_commit TO off;
+
 -- name: notify
 SELECT pg_notify($1, $2);
 
