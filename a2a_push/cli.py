@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from yarl import URL
 
+from .database import migrations
 from .delivery.retry import Verdict, classify
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import AddressRefused, Timeouts, Transport, TransportError
@@ -62,7 +63,6 @@ from .store import (
     is_postgres_url,
     open_store,
 )
-from .store.sql import migrations
 
 PROG = "a2a-push"
 

@@ -18,13 +18,12 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives import serialization
 
+from a2a_push.database import create_private_file, enable_wal
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
 from a2a_push.protocol.types import TERMINAL_STATES
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
-from a2a_push.store.sqlite import create_private_file
-from a2a_push.store.sqlite_writer import enable_wal
 
 _SQLITE_SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS gateway_tasks (
@@ -346,10 +345,7 @@ class PostgresGatewayState(GatewayState):
             raise StoreUnavailableError(
                 "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
             ) from exc
-        from a2a_push.store.postgres import (  # outages, as the outbox sees them
-            describe_dsn,
-            is_unavailable,
-        )
+        from a2a_push.database.postgres import describe_dsn, is_unavailable
 
         settings = {"search_path": self.schema} if self.schema else None
         pool = None
@@ -388,7 +384,7 @@ class PostgresGatewayState(GatewayState):
             self._pool = None
 
     async def _run(self, fn: Any) -> Any:
-        from a2a_push.store.postgres import pooled_connection
+        from a2a_push.database.postgres import pooled_connection
 
         if self._pool is None:
             raise StoreUnavailableError("the gateway state is not open")
