@@ -6,6 +6,7 @@ key)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -168,7 +169,7 @@ def _start_together(make: Callable[[], GatewayState]) -> list[str]:
 def test_sqlite_replicas_starting_together_agree_on_one_key(tmp_path: Path) -> None:
     for n in range(TRIES):
         path = tmp_path / f"state-{n}.db"
-        kids = _start_together(lambda path=path: SQLiteGatewayState(path))  # type: ignore[misc]
+        kids = _start_together(functools.partial(SQLiteGatewayState, path))
         with sqlite3.connect(path) as conn:
             stored = [r[0] for r in conn.execute("SELECT kid FROM gateway_signing_keys")]
         assert len(stored) == 1, f"try {n}: {len(stored)} keys created"
@@ -180,9 +181,8 @@ def test_postgres_replicas_starting_together_agree_on_one_key() -> None:
     import asyncpg
 
     for n in range(TRIES):
-        schema = postgres_schema()  # fresh and empty; dropped when the test ends
-        asyncio.run(_create_schema(dsn, schema))  # as the outbox, opened first, does
-        kids = _start_together(lambda schema=schema: PostgresGatewayState(dsn, schema=schema))  # type: ignore[misc]
+        schema = postgres_schema()  # not there yet (the states create it); dropped after
+        kids = _start_together(functools.partial(PostgresGatewayState, dsn, schema=schema))
 
         async def stored(schema: str = schema) -> list[str]:
             conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
@@ -205,20 +205,9 @@ def test_a_later_start_keeps_the_key(kind: str, tmp_path: Path) -> None:
             return SQLiteGatewayState(tmp_path / "state.db")
     else:
         dsn, schema = require_postgres(), postgres_schema()
-        asyncio.run(_create_schema(dsn, schema))
 
         def make() -> GatewayState:
             return PostgresGatewayState(dsn, schema=schema)
 
     first = _start_together(make)
     assert _start_together(make) == first
-
-
-async def _create_schema(dsn: str, schema: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'CREATE SCHEMA "{schema}"')
-    finally:
-        await conn.close()
