@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
+from a2a_push.database import migrate_postgres, queries
+from a2a_push.database.postgres import is_unavailable, pooled_connection
 from a2a_push.errors import StoreUnavailableError, StoreUnusableError
-from a2a_push.store.postgres import is_unavailable, pooled_connection
-from a2a_push.store.sql import migrations, queries
 
 from .store import (
     FIRST_POSITION,
@@ -77,7 +77,13 @@ class PostgresReceiverStore(ReceiverStore):
                 command_timeout=30,
             )
             async with pool.acquire() as conn:
-                await _migrate(conn, self.schema)
+                await migrate_postgres(
+                    conn,
+                    _PACKAGE,
+                    table="receiver_schema_migrations",
+                    lock=_LOCK_MIGRATIONS,
+                    schema=self.schema,
+                )
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
@@ -389,30 +395,6 @@ class PostgresReceiverStore(ReceiverStore):
 
     async def latest_event_id(self) -> int:
         return int((await self._fetch("latest_event_id"))[0][0])
-
-
-async def _migrate(conn: Any, schema: str | None) -> None:
-    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_MIGRATIONS)
-    try:
-        if schema:
-            # Under the lock: CREATE SCHEMA IF NOT EXISTS is not safe concurrently, and
-            # workers open a new schema together.
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS receiver_schema_migrations "
-            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
-        done = {r[0] for r in await conn.fetch("SELECT version FROM receiver_schema_migrations")}
-        for version, script in migrations("postgres", _PACKAGE):
-            if version in done:
-                continue
-            async with conn.transaction():
-                await conn.execute(script)
-                await conn.execute(
-                    "INSERT INTO receiver_schema_migrations (version) VALUES ($1)", version
-                )
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
 
 
 def _unreachable(exc: BaseException, dsn: str | None = None) -> StoreUnavailableError:

@@ -8,9 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-from a2a_push.store.sql import migrate_sqlite, queries
-from a2a_push.store.sqlite import create_private_file
-from a2a_push.store.sqlite_writer import SQLiteWriter, enable_wal, prepare_writer_connection
+from a2a_push.database import (
+    SQLiteWriter,
+    create_private_file,
+    enable_wal,
+    migrate_sqlite,
+    prepare_writer_connection,
+    queries,
+)
 
 from .store import (
     FIRST_POSITION,
@@ -39,7 +44,7 @@ class ReceiverStoreClosedError(RuntimeError):
 class SQLiteReceiverStore(ReceiverStore):
     """Receiver storage in a SQLite file, written in group-committed batches.
 
-    Writes go through the notifier's group-commit writer (``a2a_push.store.sqlite_writer``):
+    Writes go through the shared group-commit writer (``a2a_push.database.sqlite_writer``):
     statements run on the event loop, concurrent writes share one transaction. With
     ``synchronous="FULL"`` (default) a batch returns only after the WAL is fsynced, on a
     worker thread, so an acknowledged webhook survives power loss; ``"NORMAL"`` survives
@@ -67,7 +72,7 @@ class SQLiteReceiverStore(ReceiverStore):
         conn.execute("PRAGMA busy_timeout = 5000")
         migrate_sqlite(conn, _PACKAGE)
         # The writer never waits for a lock held by another process (another worker) nor
-        # checkpoints on the event loop (see a2a_push.store.sqlite_writer).
+        # checkpoints on the event loop (see a2a_push.database.sqlite_writer).
         prepare_writer_connection(conn)
         self._conn = conn
         reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -98,7 +103,7 @@ class SQLiteReceiverStore(ReceiverStore):
         return self._conn
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in the next group commit (see ``a2a_push.store.sqlite_writer``)."""
+        """Run ``fn`` in the next group commit (see ``a2a_push.database.sqlite_writer``)."""
         self._db()
         assert self._writer is not None
         return await self._writer.write(fn)

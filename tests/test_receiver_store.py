@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from a2a_push.store.sql import migrations
+from a2a_push.database import migrations
 from receiver.sqlite_store import SQLiteReceiverStore
 from receiver.store import (
     Notification,

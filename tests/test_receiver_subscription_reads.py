@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from a2a_push.store.sql import queries
+from a2a_push.database import queries
 from receiver.api import RECEIVER, create_app
 from receiver.core import Receiver
 from receiver.settings import ReceiverSettings

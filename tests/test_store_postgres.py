@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from a2a_push.database import migrations
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, TooManyConfigsError
 from a2a_push.store import (
     Delivery,
@@ -39,7 +40,6 @@ from a2a_push.store.postgres import (
     PostgresPoolOptions,
     PostgresStore,
 )
-from a2a_push.store.sql import migrations
 
 from .conftest import config, ids, postgres_schema, require_postgres
 
@@ -793,7 +793,7 @@ async def test_only_sqlstate_55000_of_its_class_counts_as_an_outage() -> None:
     not as a StoreUnavailableError that would make a gateway answer 503 and retry."""
     import asyncpg
 
-    from a2a_push.store.postgres import pooled_connection
+    from a2a_push.database.postgres import pooled_connection
 
     dsn = require_postgres()
     table = f"lock55_{uuid.uuid4().hex[:12]}"

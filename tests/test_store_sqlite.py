@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from a2a_push.database.sqlite_writer import SQLiteWriter, enable_wal
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
 from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
-from a2a_push.store.sqlite_writer import SQLiteWriter, enable_wal
 
 from . import wal_writer_worker
 from .conftest import config, ids
@@ -300,7 +300,7 @@ async def test_writes_queued_behind_a_failed_fsync_are_refused_too(
 ) -> None:
     import asyncio
 
-    import a2a_push.store.sqlite_writer as writer_module
+    import a2a_push.database.sqlite_writer as writer_module
 
     monkeypatch.setattr(writer_module, "_MAX_BATCH", 1)  # one write per commit and fsync
     async with SQLiteStore(tmp_path / "push.db") as store:
@@ -496,7 +496,7 @@ def test_a_catch_up_starts_the_wal_over_while_another_connection_keeps_writing(
     import threading
     import time
 
-    from a2a_push.store.sqlite_writer import _restart_wal, prepare_writer_connection
+    from a2a_push.database.sqlite_writer import _restart_wal, prepare_writer_connection
 
     db = tmp_path / "shared.db"
     wal_writer_worker.create(db)
@@ -630,7 +630,7 @@ async def test_a_write_queued_during_a_catch_up_runs_even_when_close_comes_meanw
     # write queued meanwhile still queued: its caller (a publish) waited for ever.
     import time
 
-    from a2a_push.store import sqlite_writer
+    from a2a_push.database import sqlite_writer
 
     real = sqlite_writer._restart_wal
 

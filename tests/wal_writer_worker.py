@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from a2a_push.store.sqlite_writer import SQLiteWriter, prepare_writer_connection
+from a2a_push.database.sqlite_writer import SQLiteWriter, prepare_writer_connection
 
 BLOB = 4096
 PRODUCERS = 4

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..database import migrations
 from ..gateway.client import redact_url
 from ..store import (
     DeliveryFilter,
@@ -22,7 +23,6 @@ from ..store import (
     is_postgres_url,
     open_store,
 )
-from ..store.sql import migrations
 from .common import ENV_DATABASE, ENV_ENCRYPTION_KEYS, PROG, CLIError
 
 # Dead-lettered deliveries are gathered for replay in pages of this size.

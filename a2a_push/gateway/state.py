@@ -18,65 +18,25 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives import serialization
 
+from a2a_push.database import create_private_file, enable_wal, migrate_sqlite, queries
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
 from a2a_push.protocol.types import TERMINAL_STATES
 from a2a_push.signing.keys import DEFAULT_ALGORITHM, Algorithm, KeyStoreError, SigningKey
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
-from a2a_push.store.sqlite import create_private_file
-from a2a_push.store.sqlite_writer import enable_wal
 
-_SQLITE_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS gateway_tasks (
-    task_id    TEXT PRIMARY KEY,
-    agent_id   TEXT NOT NULL,
-    context_id TEXT,
-    status     TEXT,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS gateway_tasks_by_age ON gateway_tasks (updated_at);
-CREATE TABLE IF NOT EXISTS gateway_signing_keys (
-    kid        TEXT PRIMARY KEY,
-    alg        TEXT NOT NULL,
-    private    TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    retired_at REAL
-);
-CREATE TABLE IF NOT EXISTS gateway_meta (
-    name       TEXT PRIMARY KEY,
-    value      TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-"""
-
-_PG_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS gateway_tasks (
-    task_id    TEXT PRIMARY KEY,
-    agent_id   TEXT NOT NULL,
-    context_id TEXT,
-    status     TEXT,
-    updated_at DOUBLE PRECISION NOT NULL
-);
-CREATE INDEX IF NOT EXISTS gateway_tasks_by_age ON gateway_tasks (updated_at);
-CREATE TABLE IF NOT EXISTS gateway_signing_keys (
-    kid        TEXT PRIMARY KEY,
-    alg        TEXT NOT NULL,
-    private    TEXT NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL,
-    retired_at DOUBLE PRECISION
-);
-CREATE TABLE IF NOT EXISTS gateway_meta (
-    name       TEXT PRIMARY KEY,
-    value      TEXT NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL
-);
-"""
-# Serialises schema creation and key rotation across replicas.
+# The schema (numbered migrations) and the queries: a2a_push/gateway/sql/<backend>/.
+_PACKAGE: Final = "a2a_push.gateway.sql"
+_SQLITE: Final = queries("sqlite", _PACKAGE)
+_PG: Final = queries("postgres", _PACKAGE)
+# PostgreSQL: the gateway records its migrations in a table of its own, so they never
+# collide with the outbox's (schema_migrations, numbered from 1 too) in a shared schema.
+_PG_MIGRATIONS: Final = "gateway_schema_migrations"
+# Serialises migrations (a session lock) and key changes (transaction locks) across
+# replicas; the key gateways before versioned migrations created their tables under.
 _PG_LOCK: Final = 0x6132_6170_6777
 # The recorded ``status.state`` of a finished task, as TaskStatus.to_json_dict writes it.
 _TERMINAL: Final = tuple(sorted(state.value for state in TERMINAL_STATES))
-# The outbox's push configs: a task that still has one keeps its owner (see purge_tasks).
-_OUTBOX_ALIAS: Final = "outbox"
 
 
 class TaskOwner:
@@ -134,8 +94,11 @@ class GatewayState(abc.ABC):
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]: ...
 
     @abc.abstractmethod
-    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
-        """Retire the active key and insert ``new`` atomically (serialised across replicas)."""
+    async def _add_key(self, new: tuple[str, str, str, float], *, first: bool) -> None:
+        """Store ``new`` (kid, alg, sealed private key, created_at) as the active key, in
+        one transaction serialised across replicas. ``first``: only if there is no
+        active key at that point (another replica may just have created one); else the
+        active key is retired (at ``created_at``) in the same transaction."""
 
     @abc.abstractmethod
     async def _delete_keys(self, kids: Sequence[str]) -> None: ...
@@ -171,20 +134,25 @@ class GatewayState(abc.ABC):
         self, alg: Algorithm = DEFAULT_ALGORITHM, *, create: bool = True
     ) -> list[SigningKey]:
         """Every stored key; on a fresh database, one new ``alg`` key is created first
-        (``create=False``: an empty list instead)."""
+        (``create=False``: an empty list instead). Replicas starting together on a fresh
+        database create one key between them: the first to take the lock inserts its
+        key, the others find it there and drop theirs, so all of them sign with it."""
         rows = await self._load_rows()
         if not rows and not create:
             return []
         if not rows:
-            await self.rotate_key(alg)
+            await self._add_key(self._row(SigningKey.generate(alg)), first=True)
             rows = await self._load_rows()
         return [self._unseal(*row) for row in rows]
 
     async def rotate_key(self, alg: Algorithm = DEFAULT_ALGORITHM) -> SigningKey:
         """A new active key; the previous one is retired (still published for the grace)."""
         key = SigningKey.generate(alg)
-        await self._rotate_rows((key.kid, key.alg, self._seal(key), key.created_at), key.created_at)
+        await self._add_key(self._row(key), first=False)
         return key
+
+    def _row(self, key: SigningKey) -> tuple[str, str, str, float]:
+        return (key.kid, key.alg, self._seal(key), key.created_at)
 
     async def prune_keys(self, grace_period: float, now: float | None = None) -> list[str]:
         """Delete retired keys whose grace period (``grace_period`` seconds after they
@@ -227,7 +195,7 @@ class SQLiteGatewayState(GatewayState):
         enable_wal(conn)
         conn.execute("PRAGMA secure_delete = ON")  # retired signing keys leave no trace
         conn.execute("PRAGMA busy_timeout = 5000")
-        conn.executescript(_SQLITE_SCHEMA)
+        migrate_sqlite(conn, _PACKAGE)  # the state's own file: its own user_version
         self._conn = conn
         self._outbox_attached = False
 
@@ -249,16 +217,10 @@ class SQLiteGatewayState(GatewayState):
         context_id: str | None = None,
         status: dict[str, Any] | None = None,
     ) -> TaskOwner | None:
-        # One statement: the owner check, the upsert and the record read are atomic.
         row = (
             self._db()
             .execute(
-                "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
-                "context_id = COALESCE(excluded.context_id, context_id), "
-                "status = COALESCE(excluded.status, status), updated_at = excluded.updated_at "
-                "WHERE gateway_tasks.agent_id = excluded.agent_id "
-                "RETURNING agent_id, context_id, status",
+                _SQLITE["claim_task"],
                 (task_id, agent_id, context_id, _dump(status), time.time()),
             )
             .fetchone()
@@ -266,54 +228,32 @@ class SQLiteGatewayState(GatewayState):
         return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
     async def owner(self, task_id: str) -> TaskOwner | None:
-        row = (
-            self._db()
-            .execute(
-                "SELECT agent_id, context_id, status FROM gateway_tasks WHERE task_id = ?",
-                (task_id,),
-            )
-            .fetchone()
-        )
+        row = self._db().execute(_SQLITE["task_owner"], (task_id,)).fetchone()
         return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
     async def purge_tasks(self, *, updated_before: float, limit: int = 1000) -> int:
         conn = self._db()
-        keep_configured = ""
+        query = _SQLITE["purge_tasks"]
         if self.outbox is not None:
+            # The outbox's push configs: a task that still has one keeps its owner.
             if not self._outbox_attached:
                 # Read-only (the outbox's own connection is its only writer), and only
                 # here: tools that open the state never need it. A missing outbox fails
                 # the purge rather than being created empty.
-                uri = self.outbox.resolve().as_uri() + "?mode=ro"
-                conn.execute(f"ATTACH DATABASE ? AS {_OUTBOX_ALIAS}", (uri,))
+                conn.execute(
+                    _SQLITE["attach_outbox"], (self.outbox.resolve().as_uri() + "?mode=ro",)
+                )
                 self._outbox_attached = True
-            keep_configured = (
-                f"AND NOT EXISTS (SELECT 1 FROM {_OUTBOX_ALIAS}.configs c "
-                "WHERE c.task_id = g.task_id) "
-            )
-        marks = ", ".join("?" for _ in _TERMINAL)
-        cursor = conn.execute(
-            "DELETE FROM gateway_tasks WHERE task_id IN ("
-            "SELECT g.task_id FROM gateway_tasks g WHERE g.updated_at < ? "
-            f"AND json_extract(g.status, '$.state') IN ({marks}) {keep_configured}"
-            "LIMIT ?)",
-            (updated_before, *_TERMINAL, limit),
-        )
+            query = _SQLITE["purge_tasks_without_configs"]
+        cursor = conn.execute(query, (updated_before, json.dumps(_TERMINAL), limit))
         return max(cursor.rowcount, 0)
 
     async def swap_meta(self, name: str, value: str) -> tuple[str, float] | None:
         conn = self._db()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            before = conn.execute(
-                "SELECT value, updated_at FROM gateway_meta WHERE name = ?", (name,)
-            ).fetchone()
-            conn.execute(
-                "INSERT INTO gateway_meta (name, value, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
-                "updated_at = excluded.updated_at",
-                (name, value, time.time()),
-            )
+            before = conn.execute(_SQLITE["meta_value"], (name,)).fetchone()
+            conn.execute(_SQLITE["put_meta"], (name, value, time.time()))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -322,28 +262,17 @@ class SQLiteGatewayState(GatewayState):
         return None if before is None else (before[0], before[1])
 
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
-        rows = (
-            self._db()
-            .execute(
-                "SELECT kid, alg, private, created_at, retired_at FROM gateway_signing_keys "
-                "ORDER BY created_at"
-            )
-            .fetchall()
-        )
-        return [tuple(r) for r in rows]
+        return [tuple(r) for r in self._db().execute(_SQLITE["signing_keys"]).fetchall()]
 
-    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
+    async def _add_key(self, new: tuple[str, str, str, float], *, first: bool) -> None:
         conn = self._db()
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")  # the write lock: other processes wait for it
         try:
-            conn.execute(
-                "UPDATE gateway_signing_keys SET retired_at = ? WHERE retired_at IS NULL", (at,)
-            )
-            conn.execute(
-                "INSERT INTO gateway_signing_keys (kid, alg, private, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                new,
-            )
+            if first:
+                conn.execute(_SQLITE["insert_first_key"], new)
+            else:
+                conn.execute(_SQLITE["retire_active_key"], (new[3],))
+                conn.execute(_SQLITE["insert_key"], new)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -351,9 +280,7 @@ class SQLiteGatewayState(GatewayState):
             raise
 
     async def _delete_keys(self, kids: Sequence[str]) -> None:
-        self._db().executemany(
-            "DELETE FROM gateway_signing_keys WHERE kid = ?", [(k,) for k in kids]
-        )
+        self._db().execute(_SQLITE["delete_keys"], (json.dumps(list(kids)),))
 
 
 class PostgresGatewayState(GatewayState):
@@ -381,10 +308,8 @@ class PostgresGatewayState(GatewayState):
             raise StoreUnavailableError(
                 "PostgreSQL needs the asyncpg package: install a2a-push with the postgres extra"
             ) from exc
-        from a2a_push.store.postgres import (  # outages, as the outbox sees them
-            describe_dsn,
-            is_unavailable,
-        )
+        from a2a_push.database import migrate_postgres
+        from a2a_push.database.postgres import describe_dsn, is_unavailable
 
         settings = {"search_path": self.schema} if self.schema else None
         pool = None
@@ -392,17 +317,18 @@ class PostgresGatewayState(GatewayState):
             pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=4, server_settings=settings
             )
-            async with pool.acquire() as conn, conn.transaction():
+            async with pool.acquire() as conn:
                 if not self.create:
-                    if await conn.fetchval("SELECT to_regclass('gateway_signing_keys')") is None:
+                    if not await conn.fetchval(_PG["has_state"]):
                         raise StoreUnusableError(
                             "no gateway state in this database: no gateway has started on "
                             "it; give the --database the gateway runs with, or start the "
                             "gateway once"
                         )
                 else:
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
-                    await conn.execute(_PG_SCHEMA)
+                    await migrate_postgres(
+                        conn, _PACKAGE, table=_PG_MIGRATIONS, lock=_PG_LOCK, schema=self.schema
+                    )
         except BaseException as exc:
             if pool is not None:
                 pool.terminate()
@@ -423,7 +349,7 @@ class PostgresGatewayState(GatewayState):
             self._pool = None
 
     async def _run(self, fn: Any) -> Any:
-        from a2a_push.store.postgres import pooled_connection
+        from a2a_push.database.postgres import pooled_connection
 
         if self._pool is None:
             raise StoreUnavailableError("the gateway state is not open")
@@ -440,13 +366,7 @@ class PostgresGatewayState(GatewayState):
     ) -> TaskOwner | None:
         async def op(conn: Any) -> Any:
             return await conn.fetchrow(
-                "INSERT INTO gateway_tasks (task_id, agent_id, context_id, status, updated_at) "
-                "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (task_id) DO UPDATE SET "
-                "context_id = COALESCE(EXCLUDED.context_id, gateway_tasks.context_id), "
-                "status = COALESCE(EXCLUDED.status, gateway_tasks.status), "
-                "updated_at = EXCLUDED.updated_at "
-                "WHERE gateway_tasks.agent_id = EXCLUDED.agent_id "
-                "RETURNING agent_id, context_id, status",
+                _PG["claim_task"],
                 task_id,
                 agent_id,
                 context_id,
@@ -459,27 +379,16 @@ class PostgresGatewayState(GatewayState):
 
     async def owner(self, task_id: str) -> TaskOwner | None:
         async def op(conn: Any) -> Any:
-            return await conn.fetchrow(
-                "SELECT agent_id, context_id, status FROM gateway_tasks WHERE task_id = $1",
-                task_id,
-            )
+            return await conn.fetchrow(_PG["task_owner"], task_id)
 
         row = await self._run(op)
         return None if row is None else TaskOwner(row[0], row[1], _load(row[2]))
 
     async def purge_tasks(self, *, updated_before: float, limit: int = 1000) -> int:
-        # The outbox's configs table is in the same database (and search_path). Rows a
-        # replica is updating are skipped (and re-checked when locked), not waited for.
+        # The outbox's configs table is in the same database (and search_path).
         async def op(conn: Any) -> Any:
             return await conn.execute(
-                "DELETE FROM gateway_tasks WHERE task_id IN ("
-                "SELECT g.task_id FROM gateway_tasks g WHERE g.updated_at < $1 "
-                "AND (g.status::jsonb ->> 'state') = ANY($2::text[]) "
-                "AND NOT EXISTS (SELECT 1 FROM configs c WHERE c.task_id = g.task_id) "
-                "LIMIT $3 FOR UPDATE SKIP LOCKED)",
-                updated_before,
-                list(_TERMINAL),
-                limit,
+                _PG["purge_tasks_without_configs"], updated_before, list(_TERMINAL), limit
             )
 
         tag = await self._run(op)  # "DELETE <n>"
@@ -490,18 +399,9 @@ class PostgresGatewayState(GatewayState):
             async with conn.transaction():
                 # Serialised: two replicas starting at once on an empty table must not
                 # both find nothing recorded.
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
-                before = await conn.fetchrow(
-                    "SELECT value, updated_at FROM gateway_meta WHERE name = $1 FOR UPDATE", name
-                )
-                await conn.execute(
-                    "INSERT INTO gateway_meta (name, value, updated_at) VALUES ($1, $2, $3) "
-                    "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, "
-                    "updated_at = EXCLUDED.updated_at",
-                    name,
-                    value,
-                    time.time(),
-                )
+                await conn.execute(_PG["lock_keys"], _PG_LOCK)
+                before = await conn.fetchrow(_PG["meta_value"], name)
+                await conn.execute(_PG["put_meta"], name, value, time.time())
                 return before
 
         before = await self._run(op)
@@ -509,31 +409,26 @@ class PostgresGatewayState(GatewayState):
 
     async def _load_rows(self) -> list[tuple[str, str, str, float, float | None]]:
         async def op(conn: Any) -> Any:
-            return await conn.fetch(
-                "SELECT kid, alg, private, created_at, retired_at FROM gateway_signing_keys "
-                "ORDER BY created_at"
-            )
+            return await conn.fetch(_PG["signing_keys"])
 
         return [tuple(r) for r in await self._run(op)]
 
-    async def _rotate_rows(self, new: tuple[str, str, str, float], at: float) -> None:
+    async def _add_key(self, new: tuple[str, str, str, float], *, first: bool) -> None:
         async def op(conn: Any) -> None:
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK)
-                await conn.execute(
-                    "UPDATE gateway_signing_keys SET retired_at = $1 WHERE retired_at IS NULL", at
-                )
-                await conn.execute(
-                    "INSERT INTO gateway_signing_keys (kid, alg, private, created_at) "
-                    "VALUES ($1, $2, $3, $4)",
-                    *new,
-                )
+                # Under the lock, a first key sees any key another replica committed.
+                await conn.execute(_PG["lock_keys"], _PG_LOCK)
+                if first:
+                    await conn.execute(_PG["insert_first_key"], *new)
+                else:
+                    await conn.execute(_PG["retire_active_key"], new[3])
+                    await conn.execute(_PG["insert_key"], *new)
 
         await self._run(op)
 
     async def _delete_keys(self, kids: Sequence[str]) -> None:
         async def op(conn: Any) -> None:
-            await conn.execute("DELETE FROM gateway_signing_keys WHERE kid = ANY($1)", list(kids))
+            await conn.execute(_PG["delete_keys"], list(kids))
 
         await self._run(op)
 

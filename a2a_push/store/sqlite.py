@@ -1,19 +1,18 @@
 """SQLite backend (the embedded default): WAL, group commit, fsync off the event loop.
 
 All writes (publishes, claims, outcomes) go through the group-commit writer of
-``sqlite_writer``: concurrent writes share one transaction, run on the event loop, and
-the fsync of the WAL that makes a commit durable runs on a worker thread, awaited only by
-batches that need it (publishes and config changes; not claims or outcomes). Checkpoints
-run on their own connection and thread. Reads use an aiosqlite connection of their own.
+``a2a_push.database.sqlite_writer``: concurrent writes share one transaction, run on the
+event loop, and the fsync of the WAL that makes a commit durable runs on a worker thread,
+awaited only by batches that need it (publishes and config changes; not claims or
+outcomes). Checkpoints run on their own connection and thread. Reads use an aiosqlite
+connection of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
@@ -23,12 +22,18 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
+from ..database import (
+    SQLiteWriter,
+    create_private_file,
+    enable_wal,
+    migrate_sqlite,
+    prepare_writer_connection,
+    queries,
+)
 from ..errors import StoreBusyError, StoreClosedError
 from .base import Delivery, DeliveryFilter, StoreOptions
 from .rows import LEASED_UNTIL
 from .secrets import SecretBox
-from .sql import migrate_sqlite, queries
-from .sqlite_writer import SQLiteWriter, enable_wal, prepare_writer_connection
 from .sqlstore import SQLStore, Tx, run_sync
 
 T = TypeVar("T")
@@ -296,18 +301,3 @@ class _SQLiteTx:
 
     def notify(self) -> None:
         return None  # one process: its own dispatcher is woken by the notifier
-
-
-# ---- helpers run on the writer thread ---------------------------------------------------
-
-
-def create_private_file(path: Path) -> None:
-    """Create a new database file readable by its owner alone (0600, in a new folder of
-    mode 0700): it holds secrets (config tokens, sealed keys). SQLite gives the file's
-    WAL and shared-memory files the same mode. An existing file keeps its mode."""
-    folder = path.parent
-    if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -1,1 +1,1 @@
-"""The receiver's SQL, one folder per backend (loaded by ``a2a_push.store.sql``)."""
+"""The receiver's SQL, one folder per backend (loaded by ``a2a_push.database``)."""

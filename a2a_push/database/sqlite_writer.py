@@ -1,5 +1,6 @@
 """The group-commit writer of an SQLite database, shared by the notifier's outbox and
-the receiver's store.
+the receiver's store; and ``create_private_file``, how every database file that holds
+secrets is created.
 
 All writes are queued and run as one transaction per batch: concurrent writes share one
 commit. The statements run on the event loop itself (microseconds each; a second thread
@@ -29,12 +30,14 @@ starts the WAL over. Without this the WAL grows as long as writes keep coming
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from ..errors import StoreUnavailableError, StoreUnusableError
@@ -538,3 +541,15 @@ def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+def create_private_file(path: Path) -> None:
+    """Create a new database file readable by its owner alone (0600, in a new folder of
+    mode 0700): it holds secrets (config tokens, sealed keys). SQLite gives the file's
+    WAL and shared-memory files the same mode. An existing file keeps its mode."""
+    folder = path.parent
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)  # mkdir's mode is filtered by the umask
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -1,0 +1,3 @@
+"""The gateway's own SQL (task owners, signing keys), one folder per backend: named
+queries (``queries.sql``) and ordered migrations (``NNNN_*.sql``), loaded by
+``a2a_push.database``."""
