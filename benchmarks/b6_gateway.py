@@ -199,7 +199,7 @@ async def _drain_postgres(workers: int, sink: Sink, p: B6Params, keyset: KeySet)
         gateways = [await _gateway(database) for _ in range(workers)]
         procs = [proc for proc, _ in gateways]
         pids = [proc.pid for proc in procs]
-        server = _postgres_pids()
+        server: list[int] = []  # read once the gateways' connections exist
         # CPU from the first receipt (start-up not counted) to the last.
         first_cpu: list[float] = []
 
@@ -208,6 +208,7 @@ async def _drain_postgres(workers: int, sink: Sink, p: B6Params, keyset: KeySet)
                 if (await sink.stats()).count:
                     break
                 await asyncio.sleep(0.02)
+            server.extend(_postgres_pids())
             first_cpu.extend([_cpu_seconds(pids), _cpu_seconds(server)])
 
         watcher = asyncio.create_task(watch_first())

@@ -303,9 +303,6 @@ class PostgresStore(SQLStore):
         except asyncpg.PostgresError as exc:
             raise busy_error(exc, self._where) or exc from None
 
-    def _transaction_connection(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self._connection(transaction=True)
-
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError:
         reason = str(exc) or type(exc).__name__
         return StoreUnavailableError(
@@ -382,21 +379,23 @@ class PostgresStore(SQLStore):
     # ---- the algorithm's transactions ---------------------------------------------------
 
     async def _transaction(self, op: Callable[[Tx], Awaitable[T]], *, sync: bool = True) -> T:
-        async with self._transaction_connection() as conn:
+        # Begun by hand, so that a bookkeeping transaction (claims, outcomes, releases,
+        # purges) is begun and told not to wait for the WAL flush at commit in one round
+        # trip: a database server that crashes may lose the last fraction of a second of
+        # it, and then a webhook goes again (the receiver deduplicates it), as SQLite's
+        # bookkeeping commits without an fsync. A publish always waits for the flush. A
+        # transaction left open by an error is rolled back when the pool takes the
+        # connection back.
+        async with self._connection() as conn:
             self.round_trips += 2  # BEGIN, COMMIT
-            if not sync:
-                self.round_trips += 1
-                # Bookkeeping (claims, outcomes, releases, purges): its commit does not
-                # wait for the WAL flush. A database server that crashes may lose the
-                # last fraction of a second of it, and then a webhook goes again (the
-                # receiver deduplicates it); a publish is always flushed first.
-                await conn.execute(_Q["commit_without_flush"])
+            await conn.execute(_Q["begin"] if sync else _Q["begin_without_flush"])
             tx = _PostgresTx(conn, self)
             result = await op(tx)
             if tx.notified:
                 self.round_trips += 1
                 # Sent at commit, so listeners never wake before the work is visible.
                 await conn.execute(_Q["notify"], NOTIFY_CHANNEL, self._notify_payload)
+            await conn.execute(_Q["commit"])
             return result
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
@@ -406,6 +405,9 @@ class PostgresStore(SQLStore):
 
     def _array(self, values: Sequence[str]) -> Any:
         return list(values)
+
+    # Every statement is a round trip: outcomes that arrive together share a transaction.
+    _outcome_batches = True
 
     def _stats_now(self, now: float | None) -> float | None:
         return now  # None: the database server's clock, read in the statement

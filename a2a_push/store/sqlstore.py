@@ -17,13 +17,16 @@ query on a pooled connection. A behaviour fix to the outbox is made here, once.
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ..endpoints import endpoint_of
-from ..errors import SecretDecryptionError, TooManyConfigsError
+from ..errors import SecretDecryptionError, StoreUnavailableError, TooManyConfigsError
 from .base import (
     Delivery,
     DeliveryState,
@@ -41,6 +44,8 @@ from .rows import RowMapping, corrupt_state_reason
 from .secrets import SecretBox
 
 T = TypeVar("T")
+
+log = logging.getLogger("a2a_push.store")
 
 _PENDING = DeliveryState.PENDING.value
 
@@ -354,19 +359,23 @@ class SQLStore(RowMapping, Store, abc.ABC):
         worker_id: str,
         now: float | None = None,
     ) -> Delivery | None:
-        async def op(tx: Tx) -> Any | None:
-            # The lease runs from the transaction's time once the lock is held.
-            at = await tx.lock_tasks([outcome.task_id], now)
-            lease = (at, at + lease_seconds, worker_id)
-            head_id = await _apply_outcome(
-                tx, outcome, at, shift=tx.clock_shift(at, now), lease_next=lease
-            )
-            if head_id is None:
-                return None
-            return await tx.fetchrow("delivery_with_config", head_id)
-
-        row = await self._transaction(op, sync=False)
+        item = _Chained(outcome, lease_seconds, worker_id)
+        if self._outcome_batches and now is None:
+            row = await self._batcher().submit(item)
+        else:
+            (row,) = await self._transaction(_chain_op([item], now), sync=False)
         return None if row is None else self._claimed_from_row(row)
+
+    # Outcomes that arrive while a transaction of them runs are written together in the
+    # next one (as SQLite's writer groups its commits): a backend whose every statement
+    # is a network round trip turns that on.
+    _outcome_batches = False
+    _outcome_batcher: _ChainBatcher | None = None
+
+    def _batcher(self) -> _ChainBatcher:
+        if self._outcome_batcher is None:
+            self._outcome_batcher = _ChainBatcher(self)
+        return self._outcome_batcher
 
     async def release(self, delivery_ids: Sequence[str], *, worker_id: str) -> None:
         if not delivery_ids:
@@ -447,6 +456,125 @@ class SQLStore(RowMapping, Store, abc.ABC):
         return bool(row["state"] == _PENDING)
 
 
+# ---- outcomes, alone or several in one transaction ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Chained:
+    """An outcome, and the lease its worker takes on the lane's next delivery."""
+
+    outcome: Outcome
+    lease_seconds: float
+    worker_id: str
+
+
+def _chain_op(items: Sequence[_Chained], now: float | None) -> Callable[[Tx], Awaitable[list[Any]]]:
+    """The transaction that records each outcome in turn and leases each lane's next
+    delivery if it is due: one row (the delivery and its config) or None per item."""
+
+    async def op(tx: Tx) -> list[Any]:
+        # The leases run from the transaction's time once the locks are held.
+        at = await tx.lock_tasks([item.outcome.task_id for item in items], now)
+        shift = tx.clock_shift(at, now)
+        heads = []
+        for item in items:
+            lease = (at, at + item.lease_seconds, item.worker_id)
+            heads.append(await _apply_outcome(tx, item.outcome, at, shift=shift, lease_next=lease))
+        # The leased deliveries with their configs, read once every outcome (and what it
+        # did to its config) is written.
+        leased = [head for head in heads if head is not None]
+        if not leased:
+            return [None] * len(items)
+        found = {
+            row["id"]: row for row in await tx.fetch("deliveries_with_configs", tx.array(leased))
+        }
+        return [None if head is None else found.get(head) for head in heads]
+
+    return op
+
+
+class _ChainBatcher:
+    """Writes outcomes in shared transactions: up to ``RUNNERS`` transactions at once
+    (on as many pooled connections), each taking every outcome submitted while the
+    others ran (at most ``MAX_BATCH``). A batch that fails for any reason but an outage
+    is written again one outcome per transaction, so one bad outcome fails alone."""
+
+    MAX_BATCH = 64
+    RUNNERS = 3
+
+    def __init__(self, store: SQLStore) -> None:
+        self._store = store
+        self._queue: list[tuple[_Chained, asyncio.Future[Any]]] = []
+        self._runners: set[asyncio.Task[None]] = set()
+
+    async def submit(self, item: _Chained) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if len(self._runners) < self.RUNNERS:
+            runner = asyncio.create_task(self._run(), name="a2a-push-outcomes")
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+        return await future
+
+    async def _run(self) -> None:
+        while self._queue:
+            batch = self._queue[: self.MAX_BATCH]
+            del self._queue[: self.MAX_BATCH]
+            items = [item for item, _ in batch]
+            try:
+                rows = await self._store._transaction(_chain_op(items, None), sync=False)
+            except Exception as exc:
+                if len(batch) > 1 and not isinstance(exc, StoreUnavailableError):
+                    await self._one_by_one(batch)
+                else:
+                    for _, future in batch:
+                        self._settle(future, error=exc)
+                continue
+            except BaseException as exc:  # cancelled (the loop is closing): nobody hangs
+                for _, future in batch + self._queue:
+                    self._settle(future, error=exc)
+                self._queue.clear()
+                raise
+            for (item, future), row in zip(batch, rows):
+                self._settle(future, row, worker_id=item.worker_id)
+
+    async def _one_by_one(self, batch: list[tuple[_Chained, asyncio.Future[Any]]]) -> None:
+        for item, future in batch:
+            try:
+                (row,) = await self._store._transaction(_chain_op([item], None), sync=False)
+            except Exception as exc:
+                self._settle(future, error=exc)
+            else:
+                self._settle(future, row, worker_id=item.worker_id)
+
+    def _settle(
+        self,
+        future: asyncio.Future[Any],
+        row: Any = None,
+        *,
+        error: BaseException | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        if future.done():
+            # Its caller is gone (cancelled): a next delivery leased for it would wait
+            # for the lease to run out; hand it back.
+            if row is not None and worker_id is not None:
+                task = asyncio.create_task(self._store.release([row["id"]], worker_id=worker_id))
+                task.add_done_callback(_log_release_failure)
+            return
+        if isinstance(error, asyncio.CancelledError):
+            future.cancel()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(row)
+
+
+def _log_release_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("handing back a delivery nobody waits for failed: %s", task.exception())
+
+
 # ---- the algorithm's steps, inside a transaction holding the task's lock ---------------
 
 
@@ -509,12 +637,15 @@ async def _apply_outcome(
     the clock claims go by, so that a pause shorter than the worker's skew is not due at
     once (a worker behind the database would claim, defer and claim again in a loop)."""
     leased: str | None = None
-    changed = 0
-    if await _leased_to_another(tx, o):
-        pass  # another worker took the lane over: its outcome is the one that counts
-    elif o.kind == "defer":
+    # Each write leaves the delivery alone when another worker holds the lane's lease now
+    # (it took the lane over after o.worker_id's lease ran out: its outcome is the one
+    # that counts), in the same statement that checks it.
+    lane = (o.config_key, o.task_id, o.worker_id)
+    if o.kind == "defer":
         assert o.next_attempt_at is not None
-        changed = await tx.execute("defer_delivery", o.next_attempt_at + shift, at, o.delivery_id)
+        changed = await tx.execute(
+            "defer_delivery", o.next_attempt_at + shift, at, o.delivery_id, *lane
+        )
     elif o.kind == "retry":
         assert o.next_attempt_at is not None
         changed = await tx.execute(
@@ -525,11 +656,12 @@ async def _apply_outcome(
             o.next_attempt_at + shift,
             at,
             o.delivery_id,
+            *lane,
         )
     else:
         state = "delivered" if o.kind == "delivered" else "dead"
         changed = await tx.execute(
-            "finish_delivery", state, o.attempts, o.status, o.error, at, o.delivery_id
+            "finish_delivery", state, o.attempts, o.status, o.error, at, o.delivery_id, *lane
         )
     if changed:
         if lease_next is not None and o.disable_config is None and o.kind != "defer":
@@ -556,15 +688,6 @@ async def _apply_outcome(
     return leased
 
 
-async def _leased_to_another(tx: Tx, o: Outcome) -> bool:
-    """Whether a worker other than ``o.worker_id`` holds the lane's lease now. Locks the
-    lane row, so no claim can take the lane over between this check and the outcome."""
-    if o.worker_id is None:
-        return False
-    owner = await tx.fetchval("lock_lane_lease_owner", o.config_key, o.task_id)
-    return owner is not None and owner != o.worker_id
-
-
 async def _advance_lane(
     tx: Tx,
     config_key: str,
@@ -581,14 +704,16 @@ async def _advance_lane(
     next attempt, but not before ``now``: a lane that keeps getting work queues behind
     the lanes already waiting (round robin between lanes).
     """
+    if lease_next is not None:
+        # The common case in one statement: the next delivery is due, lease it.
+        at, until, worker = lease_next
+        leased = await tx.fetchval("lease_next_head", config_key, task_id, at, until, worker)
+        if leased is not None:
+            return str(leased)
     head = await tx.fetchrow("lane_head", config_key, task_id)
     if head is None:
         await tx.execute("delete_lane", config_key, task_id)
         return None
-    if lease_next is not None and head["next_attempt_at"] <= lease_next[0]:
-        _, until, worker = lease_next
-        if await tx.execute("lease_lane_head", head["id"], until, worker, config_key, task_id):
-            return str(head["id"])
     if keep_lease:
         lane = await tx.fetchrow("lane_lease_owner", config_key, task_id)
         if lane is not None and lane["lease_owner"] is not None:

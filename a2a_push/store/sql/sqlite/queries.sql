@@ -181,7 +181,7 @@ LIMIT ?4;
 -- name: lease_lane
 UPDATE lanes SET due_at = ?1, lease_owner = ?2 WHERE config_key = ?3 AND task_id = ?4;
 
--- name: delivery_with_config
+-- name: deliveries_with_configs
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
@@ -190,24 +190,47 @@ SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts
        c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
        c.failing_since AS c_failing_since, c.created_at AS c_created_at
 FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
-WHERE d.id = ?1;
+WHERE d.id IN (SELECT value FROM json_each(?1));
 
--- name: lease_lane_head
-UPDATE lanes SET head_id = ?1, due_at = ?2, lease_owner = ?3
-WHERE config_key = ?4 AND task_id = ?5;
+-- name: lease_next_head
+-- The lane's lowest-seq pending delivery, leased to the worker (?5, until ?4) if it is
+-- due at ?3; its id, or no row (none pending, not due, or no lane row).
+UPDATE lanes SET head_id = h.id, due_at = ?4, lease_owner = ?5
+FROM (
+    SELECT id, next_attempt_at FROM deliveries
+    WHERE config_key = ?1 AND task_id = ?2 AND state = 'pending'
+    ORDER BY seq LIMIT 1
+) AS h
+WHERE lanes.config_key = ?1 AND lanes.task_id = ?2 AND h.next_attempt_at <= ?3
+RETURNING head_id;
 
 -- name: finish_delivery
+-- The outcome of the worker ?9 for the lane's head: written unless another worker holds
+-- the lane's lease now (it took the lane over after this worker's lease ran out: its
+-- outcome is the one that counts). ?9 NULL: no worker to check.
 UPDATE deliveries SET state = ?1, attempts = ?2, last_status = ?3, last_error = ?4,
        updated_at = ?5
-WHERE id = ?6 AND state = 'pending';
+WHERE id = ?6 AND state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1 FROM lanes WHERE config_key = ?7 AND task_id = ?8 AND lease_owner <> ?9
+  );
 
 -- name: retry_delivery
+-- (See finish_delivery.)
 UPDATE deliveries SET attempts = ?1, rounds = rounds + 1, last_status = ?2, last_error = ?3,
        next_attempt_at = ?4, updated_at = ?5
-WHERE id = ?6 AND state = 'pending';
+WHERE id = ?6 AND state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1 FROM lanes WHERE config_key = ?7 AND task_id = ?8 AND lease_owner <> ?9
+  );
 
 -- name: defer_delivery
-UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?2 WHERE id = ?3 AND state = 'pending';
+-- (See finish_delivery.)
+UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?2
+WHERE id = ?3 AND state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1 FROM lanes WHERE config_key = ?4 AND task_id = ?5 AND lease_owner <> ?6
+  );
 
 -- name: dead_letter_corrupt_state
 -- A delivery whose state is none of ours (written by another tool): dead, with the reason.
@@ -226,10 +249,6 @@ ON CONFLICT (config_key, task_id)
 DO UPDATE SET head_id = excluded.head_id, due_at = excluded.due_at, lease_owner = NULL;
 
 -- name: lane_lease_owner
-SELECT lease_owner FROM lanes WHERE config_key = ?1 AND task_id = ?2;
-
--- name: lock_lane_lease_owner
--- (One writer at a time: the transaction holds the database's write lock already.)
 SELECT lease_owner FROM lanes WHERE config_key = ?1 AND task_id = ?2;
 
 -- name: set_lane_head_only
