@@ -922,3 +922,42 @@ async def test_an_expired_idempotency_key_counts_as_new_before_any_purge(store: 
     assert later[0] == first[0] + 1  # expired: a new event, and the key's new result
     repeat = await enqueue(store, idempotency_key="agent/task-1/k1", idempotency_since=NOW)
     assert repeat == later
+
+
+async def test_a_task_whose_versions_are_known_is_rendered_before_its_transaction(
+    store: Store,
+) -> None:
+    """The first publish of a task renders inside the transaction (the store learns its
+    configs' protocol versions there); later ones render those versions ahead of it, in
+    the caller's task (SQLite's transactions run in its writer's task), once per version."""
+    await store.put_config(config("t-render"))
+    await store.put_config(config("t-render", version="0.3"))
+    calls: list[tuple[str, asyncio.Task[object] | None]] = []
+
+    def render(version: str) -> bytes:
+        calls.append((version, asyncio.current_task()))
+        return b"{}"
+
+    await store.enqueue("t-render", "statusUpdate", render, new_id=ids())
+    assert sorted(v for v, _ in calls) == ["0.3", "1.0"]
+    calls.clear()
+    seq, delivered = await store.enqueue("t-render", "statusUpdate", render, new_id=ids())
+    assert seq == 2 and len(delivered) == 2
+    assert sorted(v for v, _ in calls) == ["0.3", "1.0"]
+    assert {task for _, task in calls} == {asyncio.current_task()}
+
+
+async def test_a_body_that_fails_ahead_fails_only_where_it_would_be_queued(store: Store) -> None:
+    """A body rendered ahead that cannot be rendered is left to the transaction: with no
+    enabled config left, nothing is queued and nothing fails, as before any was known."""
+    stored = await store.put_config(config("t-bad"))
+    await store.enqueue("t-bad", "statusUpdate", lambda v: b"{}", new_id=ids())
+    await store.set_config_enabled(stored.key, False, "test")
+
+    def broken(version: str) -> bytes:
+        raise ValueError("the event cannot be sent as JSON")
+
+    assert await store.enqueue("t-bad", "statusUpdate", broken, new_id=ids()) == (0, [])
+    await store.set_config_enabled(stored.key, True)
+    with pytest.raises(ValueError, match="cannot be sent as JSON"):
+        await store.enqueue("t-bad", "statusUpdate", broken, new_id=ids())

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -286,8 +287,26 @@ class SQLStore(RowMapping, Store, abc.ABC):
         final: bool = False,
     ) -> tuple[int, list[str]]:
         since = float("-inf") if idempotency_since is None else idempotency_since
+        # Rendered before the transaction where it can be: the bodies for the protocol
+        # versions the task's configs used at its last publish here, so the transaction
+        # (SQLite's shared writer batch, PostgreSQL's task lock) does not wait for them.
+        # A version not rendered ahead (a config registered since) is rendered inside;
+        # a task with no configs renders nothing.
+        ahead: dict[str, bytes] = {}
+        for version in self._versions_of(task_id):
+            try:
+                ahead[version] = render(version)
+            except Exception:  # noqa: S112 - inside the transaction it fails as it should
+                continue  # (or not at all, if no config of that version is left)
+        used: list[str] = []
+
+        def rendered(version: str) -> bytes:
+            used.append(version)
+            body = ahead.get(version)
+            return render(version) if body is None else body
 
         async def op(tx: Tx) -> tuple[int, list[str]]:
+            used.clear()  # (a batch retried op by op runs this again)
             # Publishes of one task take turns (across processes): seq follows commit
             # order, so a lane's FIFO by seq is the order events were accepted in. The
             # event is due from the transaction's time: claims go by that clock.
@@ -301,7 +320,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
                 tx,
                 task_id,
                 kind,
-                render,
+                rendered,
                 new_id,
                 only_config_key=only_config_key,
                 at=at,
@@ -313,7 +332,31 @@ class SQLStore(RowMapping, Store, abc.ABC):
                 tx.notify()
             return seq, ids
 
-        return await self._transaction(op)
+        result = await self._transaction(op)
+        if only_config_key is None:
+            self._remember_versions(task_id, used)
+        return result
+
+    # The protocol versions each recently published task's configs used (a bounded LRU):
+    # what enqueue renders ahead of its transaction.
+    _VERSIONS_KEPT = 10_000
+    _task_versions: OrderedDict[str, tuple[str, ...]] | None = None
+
+    def _versions_of(self, task_id: str) -> tuple[str, ...]:
+        known = self._task_versions
+        return () if known is None else known.get(task_id, ())
+
+    def _remember_versions(self, task_id: str, versions: Sequence[str]) -> None:
+        known = self._task_versions
+        if known is None:
+            known = self._task_versions = OrderedDict()
+        if versions:
+            known[task_id] = tuple(dict.fromkeys(versions))
+            known.move_to_end(task_id)
+            if len(known) > self._VERSIONS_KEPT:
+                known.popitem(last=False)
+        else:
+            known.pop(task_id, None)
 
     async def purge_final_tasks(self, *, final_before: float, limit: int = 1000) -> int:
         async def op(tx: Tx) -> int:
