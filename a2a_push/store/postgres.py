@@ -511,6 +511,7 @@ class _PostgresTx:
     """A transaction on a pooled connection (see ``sqlstore.Tx``)."""
 
     __slots__ = ("_conn", "_store", "notified")
+    fuses_finish_and_lease = True
 
     def __init__(self, conn: Any, store: PostgresStore) -> None:
         self._conn = conn

@@ -58,6 +58,10 @@ class Tx(Protocol):
     """One transaction of a backend, as the algorithm uses it. Queries are named (the
     backend's ``queries.sql``) and take positional parameters."""
 
+    # Whether the backend has finish_and_lease_next: finish_delivery and the lease of
+    # the lane's next delivery (lease_next_head) in one statement.
+    fuses_finish_and_lease: bool
+
     async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
         """Serialize this transaction with every other one that reads and rewrites these
         tasks' configs, lanes or ``seq`` (a no-op for a single writer); returns the
@@ -680,6 +684,7 @@ async def _apply_outcome(
     the clock claims go by, so that a pause shorter than the worker's skew is not due at
     once (a worker behind the database would claim, defer and claim again in a loop)."""
     leased: str | None = None
+    fused = False
     # Each write leaves the delivery alone when another worker holds the lane's lease now
     # (it took the lane over after o.worker_id's lease ran out: its outcome is the one
     # that counts), in the same statement that checks it.
@@ -701,13 +706,36 @@ async def _apply_outcome(
             o.delivery_id,
             *lane,
         )
+    elif lease_next is not None and o.disable_config is None and tx.fuses_finish_and_lease:
+        # finish_delivery, and lease_next_head over the deliveries after it, in one
+        # statement (for a backend whose every statement is a network round trip).
+        state = "delivered" if o.kind == "delivered" else "dead"
+        _, until, worker = lease_next
+        row = await tx.fetchrow(
+            "finish_and_lease_next",
+            state,
+            o.attempts,
+            o.status,
+            o.error,
+            at,
+            o.delivery_id,
+            *lane,
+            until,
+            worker,
+        )
+        assert row is not None
+        changed, fused = row["changed"], True
+        leased = None if row["leased"] is None else str(row["leased"])
     else:
         state = "delivered" if o.kind == "delivered" else "dead"
         changed = await tx.execute(
             "finish_delivery", state, o.attempts, o.status, o.error, at, o.delivery_id, *lane
         )
     if changed:
-        if lease_next is not None and o.disable_config is None and o.kind != "defer":
+        if fused:
+            if leased is None:  # nothing due to lease: the lane moves on as usual
+                await _advance_lane(tx, o.config_key, o.task_id, now=at)
+        elif lease_next is not None and o.disable_config is None and o.kind != "defer":
             leased = await _advance_lane(tx, o.config_key, o.task_id, lease_next=lease_next, now=at)
         else:
             await _advance_lane(tx, o.config_key, o.task_id, now=at)

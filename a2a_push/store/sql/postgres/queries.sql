@@ -292,6 +292,32 @@ UPDATE deliveries SET state = $1, attempts = $2, last_status = $3, last_error = 
 WHERE id = $6 AND state = 'pending'
   AND NOT EXISTS (SELECT 1 FROM lane WHERE lease_owner <> $9::text);
 
+-- name: finish_and_lease_next
+-- finish_delivery ($1-$9) and, when it wrote, lease_next_head over the deliveries after
+-- it ($10 lease until, $11 worker; due at $5), in one statement: the lowest-seq pending
+-- delivery other than the one just finished (the statement's snapshot still shows that
+-- one pending). changed: rows finished (0 or 1); leased: the id leased, or NULL.
+WITH lane AS (
+    SELECT lease_owner FROM lanes WHERE config_key = $7 AND task_id = $8 FOR UPDATE
+), done AS (
+    UPDATE deliveries SET state = $1, attempts = $2, last_status = $3, last_error = $4,
+           updated_at = $5
+    WHERE id = $6 AND state = 'pending'
+      AND NOT EXISTS (SELECT 1 FROM lane WHERE lease_owner <> $9::text)
+    RETURNING id
+), head AS (
+    SELECT id, next_attempt_at FROM deliveries
+    WHERE config_key = $7 AND task_id = $8 AND state = 'pending' AND id <> $6
+      AND EXISTS (SELECT 1 FROM done)
+    ORDER BY seq LIMIT 1
+), leased AS (
+    UPDATE lanes SET head_id = head.id, due_at = $10, lease_owner = $11
+    FROM head
+    WHERE lanes.config_key = $7 AND lanes.task_id = $8 AND head.next_attempt_at <= $5
+    RETURNING lanes.head_id
+)
+SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT head_id FROM leased) AS leased;
+
 -- name: retry_delivery
 -- (See finish_delivery.)
 WITH lane AS (
