@@ -3,6 +3,7 @@ signs and sends the webhooks (the agent runs no notifier of its own)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import WebhookSink
 
 from ..gateway_support import AGENT_KEY, gateway_settings, running_gateway
+from ..mock_agent_support import ALICE_V03, BOB, kinds, message, rest, result, running_agent
 
 
 async def _agent_in_gateway_mode(tmp_path: Path, gateway_url: str) -> TestServer:
@@ -155,3 +157,149 @@ async def test_in_gateway_mode_only_a_tasks_caller_manages_its_configs_and_v03_s
             assert sink.on("/bob") == []
         finally:
             await agent.close()
+
+
+# ---- 1. REST push configs in gateway mode ----------------------------------------------
+
+
+async def test_in_gateway_mode_rest_push_configs_go_through_the_gateway(tmp_path: Path) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
+        running_agent(tmp_path, gateway_url) as agent,
+        aiohttp.ClientSession() as session,
+    ):
+        # The gateway signs the webhooks: the card names its keys, and the agent serves
+        # no JWKS of its own (its local notifier signs nothing).
+        async with session.get(f"{agent}/.well-known/agent-card.json") as resp:
+            card = json.dumps(await resp.json())
+        assert f'"jwksUri": "{gateway_url}/.well-known/jwks.json"' in card
+        async with session.get(f"{agent}/.well-known/jwks.json") as resp:
+            assert resp.status == 404
+        sent = await result(session, agent, "SendMessage", {"message": message("book a table")})
+        task = sent["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        task_id = task["id"]
+        configs_url = f"{agent}/tasks/{task_id}/pushNotificationConfigs"
+
+        # Bob may not put a webhook on Alice's task over REST either.
+        status, body = await rest(
+            session, "POST", configs_url, BOB, {"url": sink.url("/bob"), "id": "bob"}
+        )
+        assert status == 404, body
+        assert body["error"]["status"] == "NOT_FOUND"
+
+        status, created = await rest(
+            session, "POST", configs_url, body={"url": sink.url(), "id": "rest-cfg"}
+        )
+        assert status == 200, created
+        assert created["id"] == "rest-cfg" and created["taskId"] == task_id
+
+        # The config lives at the gateway: JSON-RPC (answered there) and REST agree.
+        listed = await result(
+            session, agent, "ListTaskPushNotificationConfigs", {"taskId": task_id}
+        )
+        assert [c["id"] for c in listed["configs"]] == ["rest-cfg"]
+        status, rest_listed = await rest(session, "GET", configs_url)
+        assert status == 200, rest_listed
+        assert [c["id"] for c in rest_listed["configs"]] == ["rest-cfg"]
+        status, got = await rest(session, "GET", configs_url + "/rest-cfg")
+        assert status == 200 and got["url"] == sink.url(), got
+        status, body = await rest(session, "GET", configs_url, BOB)
+        assert status == 404, body
+
+        # It receives the webhooks: the snapshot, then the rest of the task.
+        follow_up = message("tomorrow", taskId=task_id)
+        await result(session, agent, "SendMessage", {"message": follow_up})
+        await sink.wait_for(4, path="/hook")
+        assert kinds(sink.on("/hook")) == [
+            "task:TASK_STATE_INPUT_REQUIRED",
+            "status:TASK_STATE_WORKING",
+            "artifact:order",
+            "status:TASK_STATE_COMPLETED",
+        ]
+        assert sink.on("/bob") == []
+
+        # A REST delete removes it at the gateway too.
+        status, _ = await rest(session, "DELETE", configs_url + "/rest-cfg")
+        assert status == 200
+        listed = await result(
+            session, agent, "ListTaskPushNotificationConfigs", {"taskId": task_id}
+        )
+        assert listed["configs"] == []
+
+
+async def test_in_gateway_mode_v03_rest_push_configs_go_through_the_gateway(
+    tmp_path: Path,
+) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
+        running_agent(tmp_path, gateway_url) as agent,
+        aiohttp.ClientSession() as session,
+    ):
+        sent = await result(session, agent, "SendMessage", {"message": message("login")})
+        task_id = sent["task"]["id"]
+        configs_url = f"{agent}/tasks/{task_id}/pushNotificationConfigs"
+        body = {"taskId": task_id, "pushNotificationConfig": {"id": "v03", "url": sink.url()}}
+        status, created = await rest(session, "POST", configs_url, ALICE_V03, body)
+        assert status == 200, created
+        listed = await result(
+            session, agent, "tasks/pushNotificationConfig/list", {"id": task_id}, ALICE_V03
+        )
+        assert [c["pushNotificationConfig"]["id"] for c in listed] == ["v03"]
+        await result(session, agent, "SendMessage", {"message": message("ok", taskId=task_id)})
+        await sink.wait_for(3, path="/hook")
+        hooks = sink.on("/hook")
+        assert all(h.header("A2A-Version") == "0.3" for h in hooks)
+
+
+# ---- 3. inline configs on follow-ups in gateway mode -----------------------------------
+
+
+async def test_in_gateway_mode_a_follow_up_inline_config_sends_no_extra_task_event(
+    tmp_path: Path,
+) -> None:
+    async with (
+        WebhookSink() as sink,
+        running_gateway(gateway_settings(str(tmp_path / "outbox.db"))) as (gateway_url, _gw),
+        running_agent(tmp_path, gateway_url) as agent,
+        aiohttp.ClientSession() as session,
+    ):
+        first = {"taskPushNotificationConfig": {"url": sink.url("/first")}}
+        sent = await result(
+            session,
+            agent,
+            "SendMessage",
+            {"message": message("book a table"), "configuration": first},
+        )
+        task_id = sent["task"]["id"]
+        assert sent["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        await sink.wait_for(3, path="/first")  # snapshot, working, input-required
+
+        second = {"taskPushNotificationConfig": {"url": sink.url("/second")}}
+        done = await result(
+            session,
+            agent,
+            "SendMessage",
+            {"message": message("tomorrow", taskId=task_id), "configuration": second},
+        )
+        assert done["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        await sink.wait_for(6, path="/first")
+        await sink.wait_for(4, path="/second")
+        await asyncio.sleep(0.3)  # anything extra would have arrived by now
+        assert kinds(sink.on("/first")) == [
+            "task:TASK_STATE_SUBMITTED",
+            "status:TASK_STATE_WORKING",
+            "status:TASK_STATE_INPUT_REQUIRED",
+            "status:TASK_STATE_WORKING",
+            "artifact:order",
+            "status:TASK_STATE_COMPLETED",
+        ]
+        # The new subscriber starts with a snapshot of the task, then follows it.
+        assert kinds(sink.on("/second")) == [
+            "task:TASK_STATE_INPUT_REQUIRED",
+            "status:TASK_STATE_WORKING",
+            "artifact:order",
+            "status:TASK_STATE_COMPLETED",
+        ]

@@ -1,5 +1,6 @@
 """The example mock agent (a2a_push/mock_agent/) on a real aiohttp test server, with
-webhooks to a real local sink: skills, task rules, inline push configs, v0.3 shapes."""
+webhooks to a real local sink: skills, task rules, inline push configs, v0.3 shapes, and
+how deeply a message may nest."""
 
 from __future__ import annotations
 
@@ -10,21 +11,31 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from a2a_push.cli import main as cli_main
-from a2a_push.mock_agent import create_app
+from a2a_push.mock_agent import MAX_MESSAGE_DEPTH, create_app
 from a2a_push.protocol.constants import HEADER_AUTHORIZATION, HEADER_SIGNATURE
 from a2a_push.server import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import ReceivedWebhook, WebhookSink
 
+from ..mock_agent_support import (
+    ALICE,
+    ALICE_V03,
+    BOB,
+    kinds,
+    message,
+    nested,
+    running_agent,
+)
+from ..mock_agent_support import result as http_result
+from ..mock_agent_support import rpc as http_rpc
+
 PUBLIC = "http://mock-agent.test"
-ALICE = {"Authorization": "Bearer alice-token", "A2A-Version": "1.0"}
-BOB = {"Authorization": "Bearer bob-token", "A2A-Version": "1.0"}
-ALICE_V03 = {"Authorization": "Bearer alice-token", "A2A-Version": "0.3"}
 FAST = 0.05
 
 Client = TestClient[web.Request, web.Application]
@@ -56,15 +67,6 @@ async def agent(make_agent: MakeAgent) -> Client:
 
 
 # ---- helpers -------------------------------------------------------------------------
-
-
-def message(text: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "role": "ROLE_USER",
-        "parts": [{"text": text}],
-        **fields,
-    }
 
 
 async def rpc(
@@ -111,20 +113,6 @@ async def wait_state(client: Client, task_id: str, state: str, timeout: float = 
             if task["status"]["state"] == state:
                 return task
             await asyncio.sleep(0.02)
-
-
-def kinds(webhooks: list[ReceivedWebhook]) -> list[str]:
-    """Each webhook as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    out = []
-    for hook in webhooks:
-        body = json.loads(hook.body)
-        if "task" in body:
-            out.append(f"task:{body['task']['status']['state']}")
-        elif "statusUpdate" in body:
-            out.append(f"status:{body['statusUpdate']['status']['state']}")
-        else:
-            out.append(f"artifact:{body['artifactUpdate']['artifact']['name']}")
-    return out
 
 
 def jwt_of(hook: ReceivedWebhook) -> str:
@@ -491,3 +479,61 @@ def test_the_cli_mock_agent_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "--allow-webhook-host" in out
     assert "--data-dir" in out
+
+
+# ---- 2. deeply nested messages ---------------------------------------------------------
+
+
+async def test_a_deeply_nested_message_is_invalid_params_and_leaves_no_task(
+    tmp_path: Path,
+) -> None:
+    async with running_agent(tmp_path) as agent, aiohttp.ClientSession() as session:
+        # The message object is one level, its metadata 64 more: one too many.
+        deep = message("hi", metadata=nested(MAX_MESSAGE_DEPTH))
+        answer = await http_rpc(session, agent, "SendMessage", {"message": deep})
+        assert answer["error"]["code"] == -32602, answer
+        assert "nested too deeply" in answer["error"]["message"]
+
+        # The reviewer's case (serialisation failed after the task ran), and v0.3 shapes.
+        raw_meta = '{"a":' * 600 + "1" + "}" * 600
+        raw = (
+            '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+            '{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}],"metadata":'
+            + raw_meta
+            + "}}}"
+        )
+        headers = {**ALICE, "Content-Type": "application/json"}
+        async with session.post(agent + "/", data=raw, headers=headers) as resp:
+            answer = await resp.json()
+        assert answer["error"]["code"] == -32602, answer
+        v03 = {
+            "kind": "message",
+            "messageId": str(uuid.uuid4()),
+            "role": "user",
+            "parts": [{"kind": "data", "data": nested(600)}],
+        }
+        answer = await http_rpc(session, agent, "message/send", {"message": v03}, ALICE_V03)
+        assert answer["error"]["code"] == -32602, answer
+
+        # Nothing was created, and ListTasks keeps working.
+        listed = await http_result(session, agent, "ListTasks", {})
+        assert listed["tasks"] == [] and listed["totalSize"] == 0
+
+        # A follow-up that nests too deeply is refused too and leaves the task as it was.
+        sent = await http_result(
+            session, agent, "SendMessage", {"message": message("book a table")}
+        )
+        task_id = sent["task"]["id"]
+        deep_follow_up = message("tomorrow", taskId=task_id, metadata=nested(600))
+        answer = await http_rpc(session, agent, "SendMessage", {"message": deep_follow_up})
+        assert answer["error"]["code"] == -32602, answer
+        task = await http_result(session, agent, "GetTask", {"id": task_id})
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert len(task["history"]) == 2  # the request and the question
+
+        # Reasonable nesting is still fine, and ListTasks lists every task.
+        fine = message("hi", metadata=nested(MAX_MESSAGE_DEPTH - 1))
+        ok = await http_result(session, agent, "SendMessage", {"message": fine})
+        assert ok["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        listed = await http_result(session, agent, "ListTasks", {"historyLength": 10})
+        assert listed["totalSize"] == 2

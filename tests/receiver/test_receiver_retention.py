@@ -1,7 +1,8 @@
 """What the receiver keeps, and for how long: subscriptions to finished tasks end after
 the retention period (then the purge drops them, their tasks and events), every purge
-works in batches, GET /tasks pages through an index, and a task whose GetTask keeps
-failing is given up on (also after a restart)."""
+works in batches, GET /tasks pages through an index, a task whose GetTask keeps failing
+is given up on (also after a restart), dedup keys outlive the sender's retries, and the
+maintenance purge drops deleted subscriptions and old events."""
 
 from __future__ import annotations
 
@@ -19,11 +20,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from a2a_push.protocol.constants import (
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_ID,
+    HEADER_WEBHOOK_TIMESTAMP,
+)
 from receiver.agent_client import AgentClient
 from receiver.api import RECEIVER, create_app
 from receiver.fetcher import TaskFetcher
 from receiver.metrics import ReceiverMetrics
-from receiver.settings import AgentSettings, ReceiverSettings
+from receiver.settings import AgentSettings, ReceiverSettings, load_settings
 from receiver.sqlite_store import SQLiteReceiverStore
 from receiver.store import (
     Notification,
@@ -34,7 +41,7 @@ from receiver.store import (
 )
 
 from ..conftest import postgres_schema, require_postgres
-from ..receiver_support import API_KEY, rig, until
+from ..receiver_support import API_KEY, rig, status_update, until, webhook_rig
 from .test_receiver_store import make_store
 
 AGENT = "http://agent.test"
@@ -398,3 +405,85 @@ async def test_after_a_restart_a_task_pending_for_longer_than_the_retention_is_g
     finally:
         await receiver_server.close()
         await server.close()
+
+
+# ---- dedup keys outlive the sender's retries; the purge drops old history ----------
+
+
+async def test_retries_hours_later_are_still_duplicates(tmp_path: Path) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        sub_a, _ = await rig.subscribe("a", "task-1")
+        _, token = await rig.subscribe("t", "task-2")
+        body_a, body_t = status_update("task-1"), status_update("task-2")
+        wid = "msg_stable_delivery_id"
+
+        def jwt_headers() -> dict[str, str]:  # each attempt: the same id, a fresh JWT
+            return {
+                HEADER_WEBHOOK_ID: wid,
+                HEADER_WEBHOOK_TIMESTAMP: str(int(time.time())),
+                HEADER_SIGNATURE: rig.jwt("a", body_a, sub_a, webhook_id=wid),
+            }
+
+        token_headers = {HEADER_NOTIFICATION_TOKEN: token}  # token-only: the body hash
+        assert (await rig.post(body_a, jwt_headers()))[1] == {"status": "accepted"}
+        assert (await rig.post(body_t, token_headers))[1] == {"status": "accepted"}
+        assert rig.receiver.fetcher is not None
+        await rig.receiver.fetcher.idle()
+        # The maintenance purge as it runs half an hour later: both still duplicates.
+        await rig.receiver.purge(now=time.time() + 1800)
+        assert await rig.post(body_a, jwt_headers()) == (200, {"status": "duplicate"})
+        assert await rig.post(body_t, token_headers) == (200, {"status": "duplicate"})
+        # 2 h and 27 h later (the sender retries ~28 h): the webhook id still holds; an
+        # id-less identical body is a new notification after an hour (a status that
+        # came back, say WORKING after INPUT_REQUIRED, must not be dropped).
+        await rig.receiver.purge(now=time.time() + 2 * 3600)
+        assert await rig.post(body_a, jwt_headers()) == (200, {"status": "duplicate"})
+        assert await rig.post(body_t, token_headers) == (200, {"status": "accepted"})
+        await rig.receiver.fetcher.idle()
+        await rig.receiver.purge(now=time.time() + 27 * 3600)
+        assert await rig.post(body_a, jwt_headers()) == (200, {"status": "duplicate"})
+        assert rig.stored()[1] == 1
+        await rig.receiver.purge(now=time.time() + 49 * 3600)
+        assert rig.stored()[1] == 0
+
+
+async def test_how_long_dedup_keys_are_kept_is_a_setting(tmp_path: Path) -> None:
+    settings = load_settings(environ={"A2A_RECEIVER_DEDUP_RETENTION_HOURS": "72"})
+    assert settings.dedup_retention_hours == 72
+    assert load_settings(environ={}).dedup_retention_hours == 48
+    async with webhook_rig(tmp_path) as rig:
+        rig.receiver.settings = rig.receiver.settings.model_copy(
+            update={"dedup_retention_hours": 1.0}
+        )
+        _, token = await rig.subscribe("t", "task-1")
+        body = status_update("task-1")
+        assert (await rig.post(body, {HEADER_NOTIFICATION_TOKEN: token}))[0] == 200
+        await rig.receiver.purge(now=time.time() + 1800)
+        assert rig.stored()[1] == 1
+        await rig.receiver.purge(now=time.time() + 3700)
+        assert rig.stored()[1] == 0
+
+
+async def test_the_maintenance_purge_drops_deleted_subscriptions_and_old_events(
+    tmp_path: Path,
+) -> None:
+    async with webhook_rig(tmp_path) as rig:
+        kept, token = await rig.subscribe("t", "task-1")
+        gone, gone_token = await rig.subscribe("t", "task-2")
+        for task_id, tok in (("task-1", token), ("task-2", gone_token)):
+            assert (await rig.post(status_update(task_id), {HEADER_NOTIFICATION_TOKEN: tok}))[
+                0
+            ] == 200
+        assert rig.receiver.fetcher is not None
+        await rig.receiver.fetcher.idle()
+        await rig.unsubscribe(gone)
+        store = rig.receiver.store
+        # A week and a day later: task-2's subscription, task row and events are history;
+        # task-1 (still subscribed) keeps its snapshot and its newest event.
+        await rig.receiver.purge(now=time.time() + 8 * 86400)
+        assert await store.get_subscription(gone.id) is None
+        assert await store.get_snapshot(kept.agent_url, "task-2") is None
+        assert await store.get_snapshot(kept.agent_url, "task-1") is not None
+        events = await store.events_for_client("alice", after=0)
+        assert [e.task_id for e in events] == ["task-1"]
+        assert rig.stored() == (0, 0)
