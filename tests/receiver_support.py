@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from a2a_push.protocol.constants import (
     HEADER_WEBHOOK_ID,
     HEADER_WEBHOOK_TIMESTAMP,
 )
+from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import KeySet, WebhookSigner
 from receiver.api import RECEIVER, create_app
 from receiver.core import Receiver
@@ -422,3 +423,133 @@ def v03_task(task_id: str) -> bytes:
         "status": {"state": "working", "timestamp": "2025-01-01T00:00:00Z"},
     }
     return json.dumps(task).encode()
+
+
+# ---- a configurable agent: card, keys, GetTask, CreateTaskPushNotificationConfig ---------
+
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+@dataclass
+class Agent:
+    keyset: KeySet = field(default_factory=KeySet.generate)
+    base: str = ""
+    card: Any = None
+    """The agent card (any JSON); None: one naming ``/keys`` as the JWKS URL."""
+    card_raw: bytes | None = None
+    create_gate: asyncio.Event | None = None
+    """When set, CreateTaskPushNotificationConfig answers only once this event is set."""
+    create_error: dict[str, Any] | None = None
+    creates: int = 0
+    state: str = "TASK_STATE_WORKING"
+    """What GetTask says the task's state is."""
+    get_tasks: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.base + "/rpc"
+
+    def app(self) -> web.Application:
+        async def card(request: web.Request) -> web.Response:
+            if self.card_raw is not None:
+                return web.Response(body=self.card_raw, content_type="application/json")
+            extension = {
+                "uri": PUSH_SIGNING_EXTENSION_URI,
+                "params": {"jwksUri": self.base + "/keys"},
+            }
+            default = {"name": "agent", "capabilities": {"extensions": [extension]}}
+            return web.json_response(default if self.card is None else self.card)
+
+        async def keys(request: web.Request) -> web.Response:
+            return web.json_response(self.keyset.jwks())
+
+        async def rpc(request: web.Request) -> web.Response:
+            data = await request.json()
+            params = data["params"]
+            if data["method"] == "GetTask":
+                self.get_tasks += 1
+                task = {"id": params["id"], "contextId": "c", "status": {"state": self.state}}
+                return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": task})
+            self.creates += 1
+            if self.create_gate is not None:
+                await self.create_gate.wait()
+            if self.create_error is not None:
+                error = self.create_error
+                return web.json_response({"jsonrpc": "2.0", "id": data["id"], "error": error})
+            return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": params})
+
+        app = web.Application()
+        app.router.add_get("/.well-known/agent-card.json", card)
+        app.router.add_get("/keys", keys)  # nothing at /.well-known/jwks.json
+        app.router.add_post("/rpc", rpc)
+        return app
+
+
+@asynccontextmanager
+async def agent_server(agent: Agent, port: int | None = None) -> AsyncIterator[Agent]:
+    server = TestServer(agent.app(), host="127.0.0.1", port=port or _free_port())
+    await server.start_server()
+    agent.base = str(server.make_url("")).rstrip("/")
+    try:
+        yield agent
+    finally:
+        await server.close()
+
+
+def settings_for(tmp_path: Path, agent: dict[str, Any], **extra: Any) -> ReceiverSettings:
+    return ReceiverSettings.model_validate(
+        {
+            "host": "127.0.0.1",
+            "port": _free_port(),
+            "data_dir": tmp_path / "receiver",
+            "agents": [agent],
+            "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
+            "fetch_coalesce_seconds": 0,
+            **extra,
+        }
+    )
+
+
+@asynccontextmanager
+async def receiver_server(settings: ReceiverSettings) -> AsyncIterator[Receiver]:
+    app = create_app(settings)
+    server = TestServer(app, host="127.0.0.1", port=settings.port)
+    await server.start_server()
+    try:
+        yield app[RECEIVER]
+    finally:
+        await server.close()
+
+
+def signed_headers(
+    agent: Agent, settings: ReceiverSettings, body: bytes, sub_id: str, task_id: str
+) -> dict[str, str]:
+    webhook_id = f"msg_{uuid.uuid4().hex}"
+    jwt = WebhookSigner(agent.keyset, agent.url).sign(
+        body=body,
+        audience=settings.webhook_url,
+        webhook_id=webhook_id,
+        task_id=task_id,
+        config_id=sub_id,
+        seq=1,
+    )
+    return {
+        "Content-Type": A2A_MEDIA_TYPE,
+        HEADER_WEBHOOK_ID: webhook_id,
+        HEADER_WEBHOOK_TIMESTAMP: str(int(time.time())),
+        HEADER_SIGNATURE: jwt,
+    }
+
+
+async def stored_subscription(receiver: Receiver, agent_url: str, task_id: str) -> Subscription:
+    sub = Subscription(
+        id=f"sub_{uuid.uuid4().hex}",
+        client_id="alice",
+        agent_url=agent_url.rstrip("/"),
+        task_id=task_id,
+        token_digest=token_digest(uuid.uuid4().hex),
+        state=SubscriptionState.ACTIVE,
+        created_at=time.time() - 3600,
+    )
+    return await receiver.store.add_subscription(sub)
