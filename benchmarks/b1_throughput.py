@@ -14,7 +14,7 @@ import os
 import resource
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -282,29 +282,10 @@ class _MinimalLog:
 class PyJWTSigner(WebhookSigner):
     """WebhookSigner's JWT (the same header members and claims), encoded by PyJWT."""
 
-    def sign(
-        self,
-        *,
-        body: bytes,
-        audience: str,
-        webhook_id: str,
-        task_id: str,
-        config_id: str,
-        seq: int,
-        now: int | None = None,
-    ) -> str:
+    def _encode(self, claims: Mapping[str, Any]) -> str:
         key = self.keyset.active
-        claims = self.claims(
-            body=body,
-            audience=audience,
-            webhook_id=webhook_id,
-            task_id=task_id,
-            config_id=config_id,
-            seq=seq,
-            now=now,
-        )
         headers = {"kid": key.kid, "typ": "JWT"}
-        return pyjwt.encode(claims, key.private_key, algorithm=key.alg, headers=headers)
+        return pyjwt.encode(dict(claims), key.private_key, algorithm=key.alg, headers=headers)
 
 
 SIGNERS: dict[str, type[WebhookSigner]] = {

@@ -84,31 +84,6 @@ class WebhookSigner:
             self._cached_key = key
         return key, self._header_b64
 
-    def claims(
-        self,
-        *,
-        body: bytes,
-        audience: str,
-        webhook_id: str,
-        task_id: str,
-        config_id: str,
-        seq: int,
-        now: int | None = None,
-    ) -> dict[str, Any]:
-        """The claims :meth:`sign` puts in the JWT for these arguments."""
-        iat = int(time.time()) if now is None else now
-        return {
-            "iss": self.issuer,
-            "aud": audience,
-            "iat": iat,
-            "exp": iat + self.lifetime,
-            "jti": webhook_id,
-            "taskId": task_id,
-            "configId": config_id,
-            "seq": seq,
-            "request_body_sha256": hashlib.sha256(body).hexdigest(),
-        }
-
     def sign(
         self,
         *,
@@ -121,19 +96,28 @@ class WebhookSigner:
         now: int | None = None,
     ) -> str:
         """A compact JWT binding this exact ``body`` to the webhook URL ``audience``."""
+        iat = int(time.time()) if now is None else now
+        claims = {
+            "iss": self.issuer,
+            "aud": audience,
+            "iat": iat,
+            "exp": iat + self.lifetime,
+            "jti": webhook_id,
+            "taskId": task_id,
+            "configId": config_id,
+            "seq": seq,
+            "request_body_sha256": hashlib.sha256(body).hexdigest(),
+        }
+        return self._encode(claims)
+
+    def _encode(self, claims: Mapping[str, Any]) -> str:
+        """``claims`` as a compact JWS signed with the active key.
+
+        Built by hand (RFC 7515 compact form) rather than with PyJWT's encode(): this
+        is on the sender's hot path, and B1 measures PyJWT's encode() slower (see
+        docs/security.md). The output is checked by joserfc and PyJWT in the tests.
+        """
         key, header_b64 = self._current()
-        claims = self.claims(
-            body=body,
-            audience=audience,
-            webhook_id=webhook_id,
-            task_id=task_id,
-            config_id=config_id,
-            seq=seq,
-            now=now,
-        )
-        # Built by hand (RFC 7515 compact form) rather than with PyJWT's encode(): this is
-        # on the sender's hot path, and B1 measures PyJWT's encode() slower (see
-        # docs/security.md). The output is checked by joserfc and PyJWT in the tests.
         signing_input = header_b64 + b"." + _b64(json.dumps(claims, separators=(",", ":")).encode())
         signature = _raw_signature(key, signing_input)
         return (signing_input + b"." + _b64(signature)).decode("ascii")
