@@ -14,12 +14,13 @@ import os
 import resource
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import jwt as pyjwt
 
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -30,7 +31,7 @@ from a2a_push.protocol.types import (
     TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
-from a2a_push.signing import KeySet, WebhookSigner
+from a2a_push.signing import KeySet, WebhookSigner, verify_webhook_jwt
 from a2a_push.store.sqlite import SQLiteStore, Synchronous
 
 from .common import (
@@ -48,6 +49,7 @@ from .common import (
 )
 
 TAG = "b1"
+ISSUER = "http://bench.local"
 
 
 @dataclass
@@ -118,7 +120,7 @@ async def run_ours(
     with temp_dir("a2a-push-b1-") as tmp:
         notifier = PushNotifier(
             SQLiteStore(tmp / "b1.db", synchronous=synchronous),
-            issuer="http://bench.local",
+            issuer=ISSUER,
             keyset=KeySet.generate(),  # ES256
             address_policy=policy,
             dispatcher=options,
@@ -277,8 +279,75 @@ class _MinimalLog:
             fut.set_result(None)
 
 
+class PyJWTSigner(WebhookSigner):
+    """WebhookSigner's JWT (the same header members and claims), encoded by PyJWT."""
+
+    def _encode(self, claims: Mapping[str, Any]) -> str:
+        key = self.keyset.active
+        headers = {"kid": key.kid, "typ": "JWT"}
+        return pyjwt.encode(dict(claims), key.private_key, algorithm=key.alg, headers=headers)
+
+
+SIGNERS: dict[str, type[WebhookSigner]] = {
+    "hand-built WebhookSigner (the notifier's)": WebhookSigner,
+    "PyJWT encode()": PyJWTSigner,
+}
+
+
+SIGN_ROUNDS, SIGN_CALLS = 7, 2_000
+
+
+def sign_rates(rounds: int = SIGN_ROUNDS, calls: int = SIGN_CALLS) -> dict[str, float]:
+    """Microseconds per ES256 sign() of each of ``SIGNERS``: the best of ``rounds``
+    interleaved rounds of ``calls`` (the least disturbed by the rest of the machine)."""
+    keyset = KeySet.generate()
+    body = StreamResponse.wrap(status_event("task-0", 0)).to_json_bytes()
+    audience = "http://127.0.0.1/b1"
+    signers = {name: cls(keyset, ISSUER) for name, cls in SIGNERS.items()}
+    for signer in signers.values():  # what is timed must be a JWT our verifier accepts
+        token = signer.sign(
+            body=body, audience=audience, webhook_id="m", task_id="t", config_id="c", seq=0
+        )
+        verify_webhook_jwt(token, jwks=keyset.jwks(), body=body, audience=audience, issuer=ISSUER)
+    best = dict.fromkeys(signers, float("inf"))
+    for _ in range(rounds):
+        for name, signer in signers.items():
+            started = time.perf_counter()
+            for n in range(calls):
+                signer.sign(
+                    body=body,
+                    audience=audience,
+                    webhook_id=f"msg_{n}",
+                    task_id="task-0",
+                    config_id="bench",
+                    seq=n,
+                )
+            best[name] = min(best[name], (time.perf_counter() - started) / calls * 1e6)
+    return best
+
+
+def _say_sign_rates(rates: dict[str, float]) -> None:
+    hand = rates[next(iter(SIGNERS))]
+    say(
+        table(
+            ["ES256 signer (sign() alone)", "us/sign", "signs/s", "vs hand-built"],
+            [[name, round(us, 1), 1e6 / us, hand / us] for name, us in rates.items()],
+        )
+    )
+    say(
+        f"  us/sign: the best of {SIGN_ROUNDS} interleaved rounds of {SIGN_CALLS:,} calls in this "
+        "process; both tokens checked by verify_webhook_jwt first"
+    )
+
+
 async def run_raw(
-    sink: Sink, p: B1Params, *, repeats: int = 3, signed: bool = False, durable: bool = False
+    sink: Sink,
+    p: B1Params,
+    *,
+    repeats: int = 3,
+    signed: bool = False,
+    durable: bool = False,
+    signer_class: type[WebhookSigner] = WebhookSigner,
 ) -> B1Row:
     """A bare aiohttp POST loop: pre-rendered bodies, no storage, no signing, no order.
 
@@ -286,10 +355,13 @@ async def run_raw(
     sends (``X-A2A-Signature`` and ``Authorization``): the ceiling for any signed sender
     on this machine, before anything is stored. ``durable`` (with ``signed``): each body
     also goes through ``_MinimalLog`` (inserted and fsynced before the POST, marked sent
-    after). It is over in about a second, so it runs ``repeats`` times; the median run
-    counts.
+    after). ``signer_class``: PyJWTSigner to sign with PyJWT instead. It is over in about
+    a second, so it runs ``repeats`` times; the median run counts.
     """
-    if durable:
+    if signer_class is PyJWTSigner:
+        label = f"raw loop + PyJWT ES256 JWT per request (median of {repeats})"
+        signed = True
+    elif durable:
         label = f"raw loop + ES256 JWT + minimal SQLite log (median of {repeats})"
     elif signed:
         label = f"raw loop + ES256 JWT per request (median of {repeats})"
@@ -298,7 +370,7 @@ async def run_raw(
     bodies = [(task_id, StreamResponse.wrap(ev).to_json_bytes()) for task_id, ev in _events(p)]
     url = sink.url("/raw")
     runs: list[B1Row] = []
-    signer = WebhookSigner(KeySet.generate(), issuer="http://bench.local")
+    signer = signer_class(KeySet.generate(), issuer=ISSUER)
     counter = itertools.count()
     log: _MinimalLog | None = None
     signed = signed or durable
@@ -432,7 +504,10 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 )
             rows.append(_median(raw_runs, f"raw aiohttp POST loop (median of {len(raw_runs)})"))
             rows.append(await run_raw(sink, p, signed=True))
+            rows.append(await run_raw(sink, p, signer_class=PyJWTSigner))
             rows.append(await run_raw(sink, p, durable=True))
+    progress(TAG, "timing sign() alone: hand-built vs PyJWT")
+    signs = sign_rates()
 
     ours = rows[0].rate
     sdk = next((r.rate for r in rows if r.system.startswith("a2a-sdk")), None)
@@ -477,7 +552,15 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
         "apart) per delivery received"
     )
     say()
-    result: dict[str, Any] = {"ours": ours, "sdk": sdk, "raw": raw, "quick": quick}
+    _say_sign_rates(signs)
+    say()
+    result: dict[str, Any] = {
+        "ours": ours,
+        "sdk": sdk,
+        "raw": raw,
+        "quick": quick,
+        "sign_us": signs,
+    }
     if sdk and raw:
         ok_sdk = ours >= 5 * sdk
         ok_raw = ours >= 0.5 * raw

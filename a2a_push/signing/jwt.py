@@ -14,18 +14,16 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature
+import jwt as pyjwt
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import (
-    decode_dss_signature,
-    encode_dss_signature,
-)
+from cryptography.hazmat.primitives.asymmetric import ec, padding
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from jwt.exceptions import InvalidAlgorithmError, InvalidSignatureError, PyJWTError
 
 from a2a_push.errors import A2APushError
 from a2a_push.protocol.constants import DEFAULT_JWT_LIFETIME_SECONDS
 
-from .keys import ALGORITHMS, KeySet, PublicKey, SigningKey, public_key_from_jwk
+from .keys import ALGORITHMS, KeySet, SigningKey, public_key_from_jwk
 
 # Which JWK key type each algorithm may use: a key is only ever used by its own family.
 _KTY_FOR_ALG: Final[Mapping[str, str]] = {"ES256": "EC", "EdDSA": "OKP", "RS256": "RSA"}
@@ -38,6 +36,22 @@ _REQUIRED_CLAIMS: Final = ("iat", "exp", "jti", "request_body_sha256")
 # Longer tokens are refused before they are split or decoded: ours are under 2 KB, and
 # this leaves room for a 4 KiB header, a 16 KiB payload and an RSA-8192 signature.
 MAX_TOKEN_CHARS: Final = 32_768
+# PyJWT checks the signature (and decodes the header and payload); every claim is checked
+# here instead, against the caller's clock (``now``), which PyJWT's claim checks cannot take.
+_PYJWT: Final = pyjwt.PyJWT(
+    options={
+        "verify_signature": True,
+        "verify_exp": False,
+        "verify_nbf": False,
+        "verify_iat": False,
+        "verify_aud": False,
+        "verify_iss": False,
+        "verify_sub": False,
+        "verify_jti": False,
+        "require": [],
+        "enforce_minimum_key_length": True,
+    }
+)
 
 
 class JWTVerificationError(A2APushError):
@@ -82,7 +96,6 @@ class WebhookSigner:
         now: int | None = None,
     ) -> str:
         """A compact JWT binding this exact ``body`` to the webhook URL ``audience``."""
-        key, header_b64 = self._current()
         iat = int(time.time()) if now is None else now
         claims = {
             "iss": self.issuer,
@@ -95,9 +108,16 @@ class WebhookSigner:
             "seq": seq,
             "request_body_sha256": hashlib.sha256(body).hexdigest(),
         }
-        # Built by hand (RFC 7515 compact form): this is on the hot path, and a general
-        # JWT library spends as long on bookkeeping as the signature takes. The output is
-        # checked against independent JOSE implementations in the tests.
+        return self._encode(claims)
+
+    def _encode(self, claims: Mapping[str, Any]) -> str:
+        """``claims`` as a compact JWS signed with the active key.
+
+        Built by hand (RFC 7515 compact form) rather than with PyJWT's encode(): this
+        is on the sender's hot path, and B1 measures PyJWT's encode() slower (see
+        docs/security.md). The output is checked by joserfc and PyJWT in the tests.
+        """
+        key, header_b64 = self._current()
         signing_input = header_b64 + b"." + _b64(json.dumps(claims, separators=(",", ":")).encode())
         signature = _raw_signature(key, signing_input)
         return (signing_input + b"." + _b64(signature)).decode("ascii")
@@ -133,11 +153,13 @@ def verify_webhook_jwt(
     """Verify a webhook JWT against a JWK Set and the exact request body; return its claims.
 
     The algorithm is checked against ``algorithms`` and the kid's key type before any key
-    is used; then the signature, ``exp``, ``iat``, ``nbf``, ``aud`` and ``iss`` (each when
-    given), the required claims ``iat``, ``exp``, ``jti`` and ``request_body_sha256``, and
-    finally the body hash. Raises :class:`JWTVerificationError` with a ``reason`` of
-    ``malformed``, ``bad_algorithm``, ``missing_kid``, ``unknown_kid``, ``invalid_jwks``,
-    ``bad_signature``, ``missing_claim``, ``expired``, ``iat_in_future``, ``not_yet_valid``,
+    is used; then PyJWT checks the signature (with that one algorithm and the kid's key,
+    a ``jwt.PyJWK`` bound to it); then ``exp``, ``iat``, ``nbf``, ``aud`` and ``iss``
+    (each when given), the required claims ``iat``, ``exp``, ``jti`` and
+    ``request_body_sha256``, and finally the body hash. Raises
+    :class:`JWTVerificationError` with a ``reason`` of ``malformed``, ``bad_algorithm``,
+    ``missing_kid``, ``unknown_kid``, ``invalid_jwks``, ``bad_signature``,
+    ``missing_claim``, ``expired``, ``iat_in_future``, ``not_yet_valid``,
     ``bad_audience``, ``bad_issuer`` or ``body_hash_mismatch``.
     """
     check_raw_body(body, "verify_webhook_jwt")
@@ -147,9 +169,8 @@ def verify_webhook_jwt(
             "verify_webhook_jwt(): jwks must be the JWK Set as a dict (json.loads() the "
             f"response of the agent's /.well-known/jwks.json), not {type(given).__name__}"
         )
-    # Parsed by hand, once (RFC 7515 compact serialization): a receiver verifies every
-    # webhook, and a general JWT library spends longer parsing than the signature check
-    # takes. Independent JOSE implementations check the same tokens in the tests.
+    # The header is read here first: the algorithm and kid choose the key, and neither
+    # must reach a key lookup (nor PyJWT) unless the allowlists accept them.
     if isinstance(token, str) and len(token) > MAX_TOKEN_CHARS:
         raise JWTVerificationError(
             "malformed", f"the token is {len(token):,} characters (at most {MAX_TOKEN_CHARS:,})"
@@ -157,8 +178,7 @@ def verify_webhook_jwt(
     parts = token.split(".", 3) if isinstance(token, str) else []
     if len(parts) != 3 or not all(_B64URL.fullmatch(p) for p in parts):
         raise JWTVerificationError("malformed", "not a compact JWS (three base64url parts)")
-    header_b64, payload_b64, signature_b64 = parts
-    header = _json_part(header_b64, "header")
+    header = _json_part(parts[0], "header")
     # Extensions we do not implement (crit, unencoded payloads) must not be half-honoured.
     if "crit" in header or "b64" in header:
         raise JWTVerificationError("malformed", "crit/b64 header parameters are not supported")
@@ -170,13 +190,17 @@ def verify_webhook_jwt(
     if not isinstance(kid, str) or not kid:
         raise JWTVerificationError("missing_kid", "the JWT header has no kid")
 
-    public_key = _key_for(jwks, kid, alg)
-    signature = _b64decode(signature_b64)
-    signing_input = f"{header_b64}.{payload_b64}".encode("ascii")
-    if not _signature_ok(alg, public_key, signature, signing_input):
-        raise JWTVerificationError("bad_signature", "signature does not verify")
-
-    claims = _json_part(payload_b64, "payload")
+    key = _key_for(jwks, kid, alg)
+    try:
+        # One algorithm, the one the key was built for: a PyJWK is bound to it, so an
+        # HMAC algorithm can never take the public key as its secret.
+        claims: dict[str, Any] = _PYJWT.decode_complete(token, key, algorithms=[alg])["payload"]
+    except InvalidSignatureError as exc:
+        raise JWTVerificationError("bad_signature", "signature does not verify") from exc
+    except InvalidAlgorithmError as exc:
+        raise JWTVerificationError("bad_algorithm", f"algorithm {alg!r} is not accepted") from exc
+    except PyJWTError as exc:  # DecodeError: bad base64url, a payload that is not an object
+        raise JWTVerificationError("malformed", f"the JWT was not decoded: {exc}") from exc
     _check_claims(claims, audience=audience, issuer=issuer, leeway=leeway, now=now)
 
     expected = hashlib.sha256(body).hexdigest().encode("ascii")
@@ -218,36 +242,7 @@ def _json_part(part: str, what: str) -> dict[str, Any]:
     return value
 
 
-def _signature_ok(alg: str, key: PublicKey, signature: bytes, data: bytes) -> bool:
-    k: Any = key
-    try:
-        if alg == "ES256":
-            if (
-                not isinstance(key, ec.EllipticCurvePublicKey)
-                or key.curve.name != "secp256r1"
-                or len(signature) != 64
-            ):
-                return False
-            der = encode_dss_signature(
-                int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
-            )
-            k.verify(der, data, ec.ECDSA(hashes.SHA256()))
-        elif alg == "EdDSA":
-            if not isinstance(key, ed25519.Ed25519PublicKey):
-                return False
-            k.verify(signature, data)
-        elif alg == "RS256":
-            if not isinstance(key, rsa.RSAPublicKey):
-                return False
-            k.verify(signature, data, padding.PKCS1v15(), hashes.SHA256())
-        else:
-            return False
-    except InvalidSignature:
-        return False
-    return True
-
-
-def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
+def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> pyjwt.PyJWK:
     """The public key for ``kid``, refusing a JWK whose type or alg does not match ``alg``."""
     entries = jwks.get("keys") if isinstance(jwks, Mapping) else None
     if not isinstance(entries, list):
@@ -265,18 +260,19 @@ def _key_for(jwks: Mapping[str, Any], kid: str, alg: str) -> PublicKey:
         if not all(isinstance(value, str) for value in members):
             raise JWTVerificationError("invalid_jwks", f"key {shown(kid)} lacks its public members")
         try:
-            return _public_key(kty, members)
-        except ValueError as exc:
+            return _public_key(alg, kty, members)
+        except (ValueError, PyJWTError) as exc:
             raise JWTVerificationError("invalid_jwks", str(exc)) from exc
     raise JWTVerificationError("bad_algorithm", f"key {shown(kid)} is not a {alg} signing key")
 
 
 @functools.lru_cache(maxsize=128)
-def _public_key(kty: str, members: tuple[str, ...]) -> PublicKey:
+def _public_key(alg: str, kty: str, members: tuple[str, ...]) -> pyjwt.PyJWK:
     # Building (and validating) a key from a JWK costs more than the signature check itself.
-    return public_key_from_jwk(
-        {"kty": kty, **dict(zip(_PUBLIC_MEMBERS[kty], members, strict=True))}
-    )
+    jwk = {"kty": kty, **dict(zip(_PUBLIC_MEMBERS[kty], members, strict=True))}
+    # Ours first: it accepts only what we sign with (P-256, Ed25519, RSA >= 2048 bits).
+    public_key_from_jwk(jwk)
+    return pyjwt.PyJWK(jwk, algorithm=alg)
 
 
 def shown(value: str, limit: int = 64) -> str:

@@ -7,14 +7,14 @@ import hashlib
 import hmac
 import json
 import time
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from joserfc import jwk as jose_jwk
 from joserfc import jwt as jose_jwt
-from joserfc.errors import BadSignatureError
+from joserfc.errors import BadSignatureError, JoseError
 
 from a2a_push.errors import A2APushError
 from a2a_push.protocol.constants import DEFAULT_JWT_LIFETIME_SECONDS
@@ -153,6 +153,70 @@ def test_joserfc_rejects_the_jwt_against_another_keyset(alg: Algorithm) -> None:
     other_jwk = {name: value for name, value in other.jwks()["keys"][0].items() if name != "kid"}
     with pytest.raises(BadSignatureError):
         jose_jwt.decode(token, jose_jwk.import_key(other_jwk), [alg])
+
+
+def _forgeries(keyset: KeySet, token: str) -> dict[str, str]:
+    """``token`` and tokens made from it that only a signature check can refuse."""
+    header, payload, signature = token.split(".")
+    raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    flipped = b64url(raw[:-1] + bytes([raw[-1] ^ 1]))
+    swapped = b64url(json.dumps(valid_claims(seq=999)).encode())
+    key = keyset.active
+    impostor = pyjwt.encode(
+        valid_claims(),
+        KeySet.generate(key.alg).active.private_key,
+        algorithm=key.alg,
+        headers={"kid": key.kid},
+    )
+    return {
+        "as signed": token,
+        "one signature bit flipped": f"{header}.{payload}.{flipped}",
+        "payload swapped": f"{header}.{swapped}.{signature}",
+        "signed by another key naming ours": impostor,
+    }
+
+
+@pytest.mark.filterwarnings("ignore:EdDSA is deprecated")
+@pytest.mark.parametrize("alg", ALGS)
+def test_the_verifier_and_joserfc_agree_on_signatures(keysets: dict[str, KeySet], alg: str) -> None:
+    # PyJWT checks the signature inside verify_webhook_jwt; joserfc decides on its own,
+    # so a mistake in how PyJWT is called cannot pass unseen.
+    keyset = keysets[alg]
+    jose_keys = jose_jwk.KeySet.import_key_set(cast(Any, keyset.jwks()))
+    decisions = {}
+    for name, token in _forgeries(keyset, sign_default(keyset, now=T0)).items():
+        try:
+            jose_jwt.decode(token, jose_keys, [alg])
+            jose_ok = True
+        except JoseError:
+            jose_ok = False
+        try:
+            verify(token, keyset)
+            ours_ok = True
+        except JWTVerificationError as exc:
+            assert exc.reason == "bad_signature", (name, exc)
+            ours_ok = False
+        decisions[name] = (ours_ok, jose_ok)
+    assert decisions == {
+        "as signed": (True, True),
+        "one signature bit flipped": (False, False),
+        "payload swapped": (False, False),
+        "signed by another key naming ours": (False, False),
+    }
+
+
+def test_a_non_canonical_base64url_signature_is_refused(keyset: KeySet) -> None:
+    # An ES256 signature is 64 bytes: 86 base64url characters, the last one carrying 4
+    # unused bits. Setting one leaves the bytes as they were; the token is still refused.
+    header, payload, signature = sign_default(keyset).split(".")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    index = alphabet.index(signature[-1])
+    assert len(signature) == 86 and index % 16 == 0
+    forged = f"{header}.{payload}.{signature[:-1]}{alphabet[index + 1]}"
+    assert base64.urlsafe_b64decode(forged.split(".")[2] + "==") == base64.urlsafe_b64decode(
+        signature + "=="
+    )
+    assert reason_for(forged, keyset) == "malformed"
 
 
 def test_body_hash_is_lowercase_hex_sha256_of_the_exact_bytes(keyset: KeySet) -> None:
