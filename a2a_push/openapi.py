@@ -24,14 +24,18 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 __all__ = [
     "JSON",
     "OPENAPI_PATH",
+    "RETRY_AFTER",
+    "UNAVAILABLE",
     "Body",
     "ErrorBody",
     "Operation",
     "Param",
     "UndocumentedRouteError",
     "add_openapi_route",
+    "bearer_scheme",
     "document",
     "package_version",
+    "refusal",
     "route",
 ]
 
@@ -89,6 +93,24 @@ class Operation:
     """Security scheme names (any one suffices); None: the document's default."""
 
 
+RETRY_AFTER: Final = {"Retry-After": "seconds to wait before retrying"}
+"""A refusal's headers when it carries ``Retry-After``."""
+
+
+def refusal(text: str, **headers: str) -> Body:
+    """A refusal answer: :class:`ErrorBody` JSON, with ``headers``."""
+    return Body(ErrorBody, text, headers=headers)
+
+
+UNAVAILABLE: Final = Body(ErrorBody, "the database is unavailable; retry", headers=RETRY_AFTER)
+"""The 503 a service answers while its database does not."""
+
+
+def bearer_scheme(description: str) -> dict[str, str]:
+    """A security scheme: a key sent as ``Authorization: Bearer <key>``."""
+    return {"type": "http", "scheme": "bearer", "description": description}
+
+
 class UndocumentedRouteError(ValueError):
     """A route in the router has no :class:`Operation` (it was not added with :func:`route`)."""
 
@@ -131,8 +153,8 @@ def document(
     app: web.Application,
     *,
     title: str,
-    version: str,
     description: str,
+    version: str | None = None,
     security_schemes: Mapping[str, Mapping[str, Any]] | None = None,
     default_security: tuple[str, ...] = (),
     extra_models: tuple[type[BaseModel], ...] = (),
@@ -167,7 +189,11 @@ def document(
         components["securitySchemes"] = dict(security_schemes)
     return {
         "openapi": OPENAPI_VERSION,
-        "info": {"title": title, "version": version, "description": description},
+        "info": {
+            "title": title,
+            "version": package_version() if version is None else version,
+            "description": description,
+        },
         "paths": paths,
         "components": components,
     }

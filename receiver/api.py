@@ -22,13 +22,15 @@ from a2a_push.httputil import read_at_most
 from a2a_push.metrics import METRICS_OPERATION
 from a2a_push.openapi import (
     JSON,
+    RETRY_AFTER,
+    UNAVAILABLE,
     Body,
-    ErrorBody,
     Operation,
     Param,
     add_openapi_route,
+    bearer_scheme,
     document,
-    package_version,
+    refusal,
     route,
 )
 from a2a_push.protocol.constants import (
@@ -293,15 +295,7 @@ def create_app(
 # ---- the OpenAPI document ------------------------------------------------------------
 
 _CLIENT: Final = ("clientKey",)
-_RETRY: Final = {HEADER_RETRY_AFTER: "seconds to wait before retrying"}
-
-
-def _refusal(text: str, **headers: str) -> Body:
-    return Body(ErrorBody, text, headers=headers)
-
-
-_UNAUTHORIZED: Final = _refusal("no bearer API key, or not a client's")
-_UNAVAILABLE: Final = Body(ErrorBody, "the database is unavailable; retry", headers=_RETRY)
+_UNAUTHORIZED: Final = refusal("no bearer API key, or not a client's")
 _LIMIT: Final = Param(
     "limit",
     "query",
@@ -311,8 +305,8 @@ _LIMIT: Final = Param(
 _SUBSCRIPTION_ID: Final = Param("id", "path", "the subscription")
 
 
-def _webhook_refusal(text: str) -> Body:
-    return Body(WebhookRefused, text, headers=_RETRY)
+def _webhookrefusal(text: str) -> Body:
+    return Body(WebhookRefused, text, headers=RETRY_AFTER)
 
 
 _WEBHOOK: Final = Operation(
@@ -337,14 +331,14 @@ _WEBHOOK: Final = Operation(
     request=Body(StreamResponse, "the event", (A2A_MEDIA_TYPE, JSON)),
     responses={
         200: Body(WebhookAccepted, "taken (or a repeat)"),
-        400: _webhook_refusal("malformed, or the JWT is for another task"),
-        401: _webhook_refusal("not authenticated, or by an unknown agent or token"),
-        404: _webhook_refusal("no subscription to this task"),
-        410: _webhook_refusal("the subscription was deleted: stop sending"),
-        413: _webhook_refusal("the body is over max_body_bytes"),
-        415: _webhook_refusal("not JSON"),
-        500: _webhook_refusal("the receiver failed; retry"),
-        503: _webhook_refusal("the database is unavailable; retry after retryAfter"),
+        400: _webhookrefusal("malformed, or the JWT is for another task"),
+        401: _webhookrefusal("not authenticated, or by an unknown agent or token"),
+        404: _webhookrefusal("no subscription to this task"),
+        410: _webhookrefusal("the subscription was deleted: stop sending"),
+        413: _webhookrefusal("the body is over max_body_bytes"),
+        415: _webhookrefusal("not JSON"),
+        500: _webhookrefusal("the receiver failed; retry"),
+        503: _webhookrefusal("the database is unavailable; retry after retryAfter"),
     },
 )
 _CREATE_SUBSCRIPTION: Final = Operation(
@@ -355,12 +349,12 @@ _CREATE_SUBSCRIPTION: Final = Operation(
     responses={
         200: Body(SubscriptionView, "already subscribed"),
         201: Body(SubscriptionView, "subscribed (the agent accepted the push config)"),
-        400: _refusal("a bad or unknown agentUrl or taskId, or a body that is not JSON"),
+        400: refusal("a bad or unknown agentUrl or taskId, or a body that is not JSON"),
         401: _UNAUTHORIZED,
-        413: _refusal("the body is over 64 KiB"),
-        415: _refusal("not application/json"),
-        502: _refusal("the agent refused or failed"),
-        503: _UNAVAILABLE,
+        413: refusal("the body is over 64 KiB"),
+        415: refusal("not application/json"),
+        502: refusal("the agent refused or failed"),
+        503: UNAVAILABLE,
     },
 )
 _LIST_SUBSCRIPTIONS: Final = Operation(
@@ -370,9 +364,9 @@ _LIST_SUBSCRIPTIONS: Final = Operation(
     params=(_LIMIT, Param("cursor", "query", "nextCursor of the previous page")),
     responses={
         200: Body(SubscriptionList, "a page"),
-        400: _refusal("a bad limit or cursor"),
+        400: refusal("a bad limit or cursor"),
         401: _UNAUTHORIZED,
-        503: _UNAVAILABLE,
+        503: UNAVAILABLE,
     },
 )
 _GET_SUBSCRIPTION: Final = Operation(
@@ -383,8 +377,8 @@ _GET_SUBSCRIPTION: Final = Operation(
     responses={
         200: Body(SubscriptionView, "the subscription"),
         401: _UNAUTHORIZED,
-        404: _refusal("no such subscription"),
-        503: _UNAVAILABLE,
+        404: refusal("no such subscription"),
+        503: UNAVAILABLE,
     },
 )
 _DELETE_SUBSCRIPTION: Final = Operation(
@@ -395,8 +389,8 @@ _DELETE_SUBSCRIPTION: Final = Operation(
     responses={
         200: Body(DeletedSubscription, "deleted"),
         401: _UNAUTHORIZED,
-        404: _refusal("no such subscription"),
-        503: _UNAVAILABLE,
+        404: refusal("no such subscription"),
+        503: UNAVAILABLE,
     },
 )
 _LIST_TASKS: Final = Operation(
@@ -406,9 +400,9 @@ _LIST_TASKS: Final = Operation(
     params=(_LIMIT, Param("contextId", "query", "only this context's tasks")),
     responses={
         200: Body(TaskList, "the tasks"),
-        400: _refusal("a bad limit or contextId"),
+        400: refusal("a bad limit or contextId"),
         401: _UNAUTHORIZED,
-        503: _UNAVAILABLE,
+        503: UNAVAILABLE,
     },
 )
 _GET_TASK: Final = Operation(
@@ -421,10 +415,10 @@ _GET_TASK: Final = Operation(
     ),
     responses={
         200: Body(Task, "the task (A2A Task)"),
-        400: _refusal("a bad task id"),
+        400: refusal("a bad task id"),
         401: _UNAUTHORIZED,
-        404: _refusal("no subscription to this task, or not fetched yet"),
-        503: _UNAVAILABLE,
+        404: refusal("no subscription to this task, or not fetched yet"),
+        503: UNAVAILABLE,
     },
 )
 _EVENTS: Final = Operation(
@@ -445,7 +439,7 @@ _EVENTS: Final = Operation(
             "the stream",
             ("text/event-stream",),
         ),
-        400: _refusal("a bad Last-Event-ID"),
+        400: refusal("a bad Last-Event-ID"),
         401: _UNAUTHORIZED,
     },
 )
@@ -456,11 +450,7 @@ _HEALTHZ: Final = Operation(
     responses={200: Body(Health, "healthy"), 503: Body(Health, "the database does not answer")},
 )
 SECURITY_SCHEMES: Final = {
-    "clientKey": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "a client's API key (the receiver's api-keys.json)",
-    },
+    "clientKey": bearer_scheme("a client's API key (the receiver's api-keys.json)"),
 }
 
 
@@ -469,7 +459,6 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
     return document(
         app,
         title="a2a-push receiver",
-        version=package_version(),
         description=(
             "Takes agents' push notifications (the webhook) and serves them to its "
             'clients (REST and SSE). Refusals are {"error": reason, "message": text}.'

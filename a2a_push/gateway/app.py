@@ -40,13 +40,14 @@ from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.openapi import (
     JSON,
+    UNAVAILABLE,
     Body,
-    ErrorBody,
     Operation,
     Param,
     add_openapi_route,
+    bearer_scheme,
     document,
-    package_version,
+    refusal,
     route,
 )
 from a2a_push.protocol.constants import HEADER_RETRY_AFTER
@@ -731,15 +732,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
 _AGENT: Final = ("agentKey",)
 _ADMIN: Final = ("adminKey",)
-_RETRY: Final = {HEADER_RETRY_AFTER: "seconds to wait before retrying"}
-
-
-def _refusal(text: str, **headers: str) -> Body:
-    return Body(ErrorBody, text, headers=headers)
-
-
-_UNAUTHORIZED: Final = _refusal("no bearer key, or not one of this gateway's")
-_UNAVAILABLE: Final = Body(ErrorBody, "the database is unavailable; retry", headers=_RETRY)
+_UNAUTHORIZED: Final = refusal("no bearer key, or not one of this gateway's")
 _POST_EVENT: Final = Operation(
     summary="Post a task event (durable before the 202); the gateway delivers it",
     description=(
@@ -755,12 +748,12 @@ _POST_EVENT: Final = Operation(
     request=Body(StreamResponse, "the event", (JSON, "application/a2a+json")),
     responses={
         202: Body(EventAccepted, "stored; deliveries queued"),
-        400: _refusal("invalid_event, invalid_task_id or invalid_header"),
+        400: refusal("invalid_event, invalid_task_id or invalid_header"),
         401: _UNAUTHORIZED,
-        404: _refusal("another agent owns this task (task_not_found)"),
-        413: _refusal("the body is over max_body_bytes"),
-        415: _refusal("not application/json"),
-        503: _UNAVAILABLE,
+        404: refusal("another agent owns this task (task_not_found)"),
+        413: refusal("the body is over max_body_bytes"),
+        415: refusal("not application/json"),
+        503: UNAVAILABLE,
     },
 )
 _LIST_DELIVERIES: Final = Operation(
@@ -788,9 +781,9 @@ _LIST_DELIVERIES: Final = Operation(
     ),
     responses={
         200: Body(DeliveryList, "a page of deliveries"),
-        400: _refusal("an unknown or bad query parameter"),
+        400: refusal("an unknown or bad query parameter"),
         401: _UNAUTHORIZED,
-        503: _UNAVAILABLE,
+        503: UNAVAILABLE,
     },
 )
 _SHOW_DELIVERY: Final = Operation(
@@ -801,9 +794,9 @@ _SHOW_DELIVERY: Final = Operation(
     responses={
         200: Body(DeliveryView, "the delivery"),
         401: _UNAUTHORIZED,
-        404: _refusal("no such delivery"),
-        405: _refusal("GET /admin/deliveries/replay: use POST", Allow="POST"),
-        503: _UNAVAILABLE,
+        404: refusal("no such delivery"),
+        405: refusal("GET /admin/deliveries/replay: use POST", Allow="POST"),
+        503: UNAVAILABLE,
     },
 )
 _REPLAY: Final = Operation(
@@ -813,9 +806,9 @@ _REPLAY: Final = Operation(
     request=Body(ReplayRequest, REPLAY_USAGE),
     responses={
         200: Body(Replayed, "how many were queued again"),
-        400: _refusal("the body names an unknown key, a bad value, or both ways"),
+        400: refusal("the body names an unknown key, a bad value, or both ways"),
         401: _UNAUTHORIZED,
-        503: _UNAVAILABLE,
+        503: UNAVAILABLE,
     },
 )
 _ENDPOINTS: Final = Operation(
@@ -836,10 +829,10 @@ _SET_CONFIG: Final = Operation(
     request_required=False,
     responses={
         200: Body(ConfigState, "the config's new state"),
-        400: _refusal("a body other than nothing or {}"),
+        400: refusal("a body other than nothing or {}"),
         401: _UNAUTHORIZED,
-        404: _refusal("no such config"),
-        503: _UNAVAILABLE,
+        404: refusal("no such config"),
+        503: UNAVAILABLE,
     },
 )
 _HEALTHZ: Final = Operation(
@@ -848,20 +841,12 @@ _HEALTHZ: Final = Operation(
     security=(),
     responses={
         200: Body(Health, "healthy"),
-        503: _refusal("the database does not answer"),
+        503: refusal("the database does not answer"),
     },
 )
 SECURITY_SCHEMES: Final = {
-    "agentKey": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "an agent's API key (the gateway's agents, --agent-key)",
-    },
-    "adminKey": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "an admin key (the gateway's admin_keys, --admin-key)",
-    },
+    "agentKey": bearer_scheme("an agent's API key (the gateway's agents, --agent-key)"),
+    "adminKey": bearer_scheme("an admin key (the gateway's admin_keys, --admin-key)"),
 }
 
 
@@ -870,7 +855,6 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
     return document(
         app,
         title="a2a-push gateway",
-        version=package_version(),
         description=(
             "Agents post task events; the gateway owns push configs, signs webhooks and "
             "delivers them. Refusals of the gateway's own routes are "

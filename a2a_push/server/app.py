@@ -20,7 +20,7 @@ from aiohttp import web
 
 from ..errors import StoreUnavailableError
 from ..notifier import JWKS_PATH, serves_get
-from ..openapi import JSON, Body, Operation, Param, route
+from ..openapi import JSON, RETRY_AFTER, Body, Operation, Param, route
 from ..protocol.constants import (
     A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
@@ -253,7 +253,6 @@ _VERSION_NOTE: Final = (
     "The A2A-Version header (or query parameter) picks the protocol version: absent or "
     "1.0 is v1.0; 0.3 reads and answers the v0.3 shapes."
 )
-_RETRY: Final = {HEADER_RETRY_AFTER: "seconds to wait before retrying"}
 _JSONRPC_OPERATION: Final = Operation(
     summary="The A2A push-config methods over JSON-RPC 2.0",
     description=(
@@ -273,7 +272,7 @@ _JSONRPC_OPERATION: Final = Operation(
         503: Body(
             JsonRpcResponse,
             "the store is unavailable; retry",
-            headers=_RETRY,
+            headers=RETRY_AFTER,
         ),
     },
 )
@@ -314,7 +313,7 @@ def _rest_operation(method: str, tenant: bool) -> Operation:
             404: refused,
             **({413: refused, 415: refused} if method == CREATE else {}),
             500: refused,
-            503: Body(RestError, "the store is unavailable; retry", _A2A_JSON[:1], _RETRY),
+            503: Body(RestError, "the store is unavailable; retry", _A2A_JSON[:1], RETRY_AFTER),
         },
     )
 
