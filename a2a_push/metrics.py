@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -22,6 +22,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from .openapi import Body, Operation, route
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15)
 # Enqueue to 2xx, retries included: the default schedule waits about 5 s, 5 min, 30 min,
@@ -162,5 +164,14 @@ def add_metrics_route(
     *,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Mount ``GET path`` on ``app``."""
-    app.router.add_get(path, metrics_handler(metrics, before_scrape))
+    """Mount ``GET path`` on ``app`` (documented for its OpenAPI document)."""
+    route(app, "GET", path, metrics_handler(metrics, before_scrape), METRICS_OPERATION)
+
+
+METRICS_OPERATION: Final = Operation(
+    summary="Prometheus metrics (text exposition format)",
+    tags=("meta",),
+    security=(),
+    responses={200: Body(description="the metrics", media_types=("text/plain",))},
+)
+"""The OpenAPI operation of a ``GET /metrics`` route."""

@@ -19,7 +19,32 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import read_at_most
-from a2a_push.protocol.constants import HEADER_RETRY_AFTER
+from a2a_push.metrics import METRICS_OPERATION
+from a2a_push.openapi import (
+    JSON,
+    RETRY_AFTER,
+    UNAVAILABLE,
+    Body,
+    Operation,
+    Param,
+    add_openapi_route,
+    bearer_scheme,
+    document,
+    refusal,
+    route,
+)
+from a2a_push.protocol.constants import (
+    A2A_MEDIA_TYPE,
+    HEADER_AUTHORIZATION,
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_NOTIFICATION_TOKEN_ALT,
+    HEADER_RETRY_AFTER,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_ID,
+    HEADER_WEBHOOK_SIGNATURE,
+    HEADER_WEBHOOK_TIMESTAMP,
+)
+from a2a_push.protocol.types import StreamResponse, Task
 
 from .core import (
     INVALID_ID,
@@ -31,6 +56,17 @@ from .core import (
     require_id,
     unavailable_body,
     unavailable_cause,
+)
+from .schemas import (
+    ClientEvent,
+    DeletedSubscription,
+    Health,
+    SubscriptionList,
+    SubscriptionRequest,
+    SubscriptionView,
+    TaskList,
+    WebhookAccepted,
+    WebhookRefused,
 )
 from .settings import WEBHOOK_PATH, ReceiverSettings
 from .store import ReceiverStore, Subscription, SubscriptionPosition
@@ -234,16 +270,17 @@ def create_app(
     # Big bodies are refused by the webhook handler itself, with a JSON 413.
     app = web.Application(middlewares=[_errors], client_max_size=max(limit, 64 * 1024) + 1)
     app[RECEIVER] = core
-    app.router.add_post(WEBHOOK_PATH, webhook)
-    app.router.add_post("/subscriptions", create_subscription)
-    app.router.add_get("/subscriptions", list_subscriptions)
-    app.router.add_get("/subscriptions/{id}", get_subscription)
-    app.router.add_delete("/subscriptions/{id}", delete_subscription)
-    app.router.add_get("/tasks", list_tasks)
-    app.router.add_get("/tasks/{task_id}", get_task)
-    app.router.add_get("/events", events)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
+    route(app, "POST", WEBHOOK_PATH, webhook, _WEBHOOK)
+    route(app, "POST", "/subscriptions", create_subscription, _CREATE_SUBSCRIPTION)
+    route(app, "GET", "/subscriptions", list_subscriptions, _LIST_SUBSCRIPTIONS)
+    route(app, "GET", "/subscriptions/{id}", get_subscription, _GET_SUBSCRIPTION)
+    route(app, "DELETE", "/subscriptions/{id}", delete_subscription, _DELETE_SUBSCRIPTION)
+    route(app, "GET", "/tasks", list_tasks, _LIST_TASKS)
+    route(app, "GET", "/tasks/{task_id}", get_task, _GET_TASK)
+    route(app, "GET", "/events", events, _EVENTS)
+    route(app, "GET", "/healthz", healthz, _HEALTHZ)
+    route(app, "GET", "/metrics", metrics, METRICS_OPERATION)
+    add_openapi_route(app, lambda: openapi_document(app))
 
     async def end_streams(app: web.Application) -> None:
         # on_shutdown runs before the server waits for open handlers: without this, each
@@ -253,6 +290,182 @@ def create_app(
     app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+# ---- the OpenAPI document ------------------------------------------------------------
+
+_CLIENT: Final = ("clientKey",)
+_UNAUTHORIZED: Final = refusal("no bearer API key, or not a client's")
+_LIMIT: Final = Param(
+    "limit",
+    "query",
+    "page size (default 100; more than 1000 counts as 1000)",
+    schema={"type": "integer", "minimum": 1},
+)
+_SUBSCRIPTION_ID: Final = Param("id", "path", "the subscription")
+
+
+def _webhookrefusal(text: str) -> Body:
+    return Body(WebhookRefused, text, headers=RETRY_AFTER)
+
+
+_WEBHOOK: Final = Operation(
+    summary="Take a push notification from an agent (verified, deduplicated, stored)",
+    description=(
+        "Authenticated by a JWT (X-A2A-Signature or Authorization: Bearer) checked "
+        "against the agent's JWKS, a Standard Webhooks signature, or the subscription's "
+        "notification token, as the agent's settings allow. The body is a v1.0 "
+        "StreamResponse (or a v0.3 Task / event)."
+    ),
+    tags=("webhook",),
+    security=(),
+    params=(
+        Param(HEADER_SIGNATURE, "header", "the webhook's JWT (compact JWS)"),
+        Param(HEADER_AUTHORIZATION, "header", "Bearer <JWT>, or the agent's own credentials"),
+        Param(HEADER_NOTIFICATION_TOKEN, "header", "the subscription's notification token"),
+        Param(HEADER_NOTIFICATION_TOKEN_ALT, "header", "the same, by its other name"),
+        Param(HEADER_WEBHOOK_ID, "header", "Standard Webhooks: the message id"),
+        Param(HEADER_WEBHOOK_TIMESTAMP, "header", "Standard Webhooks: Unix seconds"),
+        Param(HEADER_WEBHOOK_SIGNATURE, "header", "Standard Webhooks: v1,<base64 HMAC>"),
+    ),
+    request=Body(StreamResponse, "the event", (A2A_MEDIA_TYPE, JSON)),
+    responses={
+        200: Body(WebhookAccepted, "taken (or a repeat)"),
+        400: _webhookrefusal("malformed, or the JWT is for another task"),
+        401: _webhookrefusal("not authenticated, or by an unknown agent or token"),
+        404: _webhookrefusal("no subscription to this task"),
+        410: _webhookrefusal("the subscription was deleted: stop sending"),
+        413: _webhookrefusal("the body is over max_body_bytes"),
+        415: _webhookrefusal("not JSON"),
+        500: _webhookrefusal("the receiver failed; retry"),
+        503: _webhookrefusal("the database is unavailable; retry after retryAfter"),
+    },
+)
+_CREATE_SUBSCRIPTION: Final = Operation(
+    summary="Subscribe to a task of an agent",
+    tags=("client",),
+    security=_CLIENT,
+    request=Body(SubscriptionRequest, "the agent and the task", (JSON, A2A_MEDIA_TYPE)),
+    responses={
+        200: Body(SubscriptionView, "already subscribed"),
+        201: Body(SubscriptionView, "subscribed (the agent accepted the push config)"),
+        400: refusal("a bad or unknown agentUrl or taskId, or a body that is not JSON"),
+        401: _UNAUTHORIZED,
+        413: refusal("the body is over 64 KiB"),
+        415: refusal("not application/json"),
+        502: refusal("the agent refused or failed"),
+        503: UNAVAILABLE,
+    },
+)
+_LIST_SUBSCRIPTIONS: Final = Operation(
+    summary="List the client's subscriptions, oldest first",
+    tags=("client",),
+    security=_CLIENT,
+    params=(_LIMIT, Param("cursor", "query", "nextCursor of the previous page")),
+    responses={
+        200: Body(SubscriptionList, "a page"),
+        400: refusal("a bad limit or cursor"),
+        401: _UNAUTHORIZED,
+        503: UNAVAILABLE,
+    },
+)
+_GET_SUBSCRIPTION: Final = Operation(
+    summary="Show one of the client's subscriptions",
+    tags=("client",),
+    security=_CLIENT,
+    params=(_SUBSCRIPTION_ID,),
+    responses={
+        200: Body(SubscriptionView, "the subscription"),
+        401: _UNAUTHORIZED,
+        404: refusal("no such subscription"),
+        503: UNAVAILABLE,
+    },
+)
+_DELETE_SUBSCRIPTION: Final = Operation(
+    summary="Unsubscribe (here, and on the agent when it answers)",
+    tags=("client",),
+    security=_CLIENT,
+    params=(_SUBSCRIPTION_ID,),
+    responses={
+        200: Body(DeletedSubscription, "deleted"),
+        401: _UNAUTHORIZED,
+        404: refusal("no such subscription"),
+        503: UNAVAILABLE,
+    },
+)
+_LIST_TASKS: Final = Operation(
+    summary="The latest snapshots of the client's tasks",
+    tags=("client",),
+    security=_CLIENT,
+    params=(_LIMIT, Param("contextId", "query", "only this context's tasks")),
+    responses={
+        200: Body(TaskList, "the tasks"),
+        400: refusal("a bad limit or contextId"),
+        401: _UNAUTHORIZED,
+        503: UNAVAILABLE,
+    },
+)
+_GET_TASK: Final = Operation(
+    summary="The latest snapshot of one of the client's tasks",
+    tags=("client",),
+    security=_CLIENT,
+    params=(
+        Param("task_id", "path", "the task"),
+        Param("agentUrl", "query", "the agent, when several have a task with this id"),
+    ),
+    responses={
+        200: Body(Task, "the task (A2A Task)"),
+        400: refusal("a bad task id"),
+        401: _UNAUTHORIZED,
+        404: refusal("no subscription to this task, or not fetched yet"),
+        503: UNAVAILABLE,
+    },
+)
+_EVENTS: Final = Operation(
+    summary="The client's task events as a Server-Sent Events stream",
+    description=(
+        "Each event: id (resume with Last-Event-ID), event (the kind) and data, a JSON "
+        "ClientEvent; a comment line every 15 s keeps the stream open."
+    ),
+    tags=("client",),
+    security=_CLIENT,
+    params=(
+        Param("Last-Event-ID", "header", "resume after this event id (0 to 2^63-1)"),
+        Param("lastEventId", "query", "the same, for clients that cannot set headers"),
+    ),
+    responses={
+        200: Body(
+            {"type": "string", "description": "SSE lines; each data is a ClientEvent"},
+            "the stream",
+            ("text/event-stream",),
+        ),
+        400: refusal("a bad Last-Event-ID"),
+        401: _UNAUTHORIZED,
+    },
+)
+_HEALTHZ: Final = Operation(
+    summary="Whether the receiver's database answers",
+    tags=("meta",),
+    security=(),
+    responses={200: Body(Health, "healthy"), 503: Body(Health, "the database does not answer")},
+)
+SECURITY_SCHEMES: Final = {
+    "clientKey": bearer_scheme("a client's API key (the receiver's api-keys.json)"),
+}
+
+
+def openapi_document(app: web.Application) -> dict[str, Any]:
+    """The receiver's OpenAPI 3.1 document, rendered from ``app``'s routes."""
+    return document(
+        app,
+        title="a2a-push receiver",
+        description=(
+            "Takes agents' push notifications (the webhook) and serves them to its "
+            'clients (REST and SSE). Refusals are {"error": reason, "message": text}.'
+        ),
+        security_schemes=SECURITY_SCHEMES,
+        extra_models=(ClientEvent,),
+    )
 
 
 def _page_limit(request: web.Request) -> int:

@@ -37,7 +37,19 @@ from a2a_push.delivery.transport import Timeouts
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
-from a2a_push.notifier import PushNotifier
+from a2a_push.notifier import JWKS_PATH, PushNotifier
+from a2a_push.openapi import (
+    JSON,
+    UNAVAILABLE,
+    Body,
+    Operation,
+    Param,
+    add_openapi_route,
+    bearer_scheme,
+    document,
+    refusal,
+    route,
+)
 from a2a_push.protocol.constants import HEADER_RETRY_AFTER
 from a2a_push.protocol.jsonrpc import A2AError
 from a2a_push.protocol.types import (
@@ -51,11 +63,25 @@ from a2a_push.protocol.types import (
 )
 from a2a_push.protocol.v03 import task_view
 from a2a_push.server import PushConfigService, mount
+from a2a_push.server.app import jwks_operation
 from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnapshot
 from a2a_push.signing.keys import KeySet
 from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
 
-from .schemas import REPLAY_USAGE, BodyError, NoBody, ReplayRequest, parse_body
+from .schemas import (
+    REPLAY_USAGE,
+    BodyError,
+    ConfigState,
+    DeliveryList,
+    DeliveryView,
+    EventAccepted,
+    Health,
+    NoBody,
+    OpenEndpoints,
+    Replayed,
+    ReplayRequest,
+    parse_body,
+)
 from .settings import ENV_PREFIX, GatewaySettings
 from .state import GatewayState, TaskOwner, open_gateway_state
 
@@ -538,10 +564,10 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             # The notifier scopes keys to the task; agent ids hold no "/" (settings).
             idempotency_key=f"{agent_id}/{key}" if key else None,
         )
-        return web.json_response(
-            {"taskId": task_id, "seq": result.seq, "deliveries": len(result.delivery_ids)},
-            status=202,
+        accepted = EventAccepted(
+            task_id=task_id, seq=result.seq, deliveries=len(result.delivery_ids)
         )
+        return web.json_response(accepted.to_json(), status=202)
 
     async def owner_of(headers: Mapping[str, str]) -> str:
         agent_id = gw.agent_for(headers)
@@ -554,19 +580,19 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
 
     # ---- admin -----------------------------------------------------------------------
 
-    def _delivery_json(d: Any) -> dict[str, Any]:
-        return {
-            "id": d.id,
-            "taskId": d.task_id,
-            "configKey": d.config_key,
-            "state": d.state.value if hasattr(d.state, "value") else d.state,
-            "attempts": d.attempts,
-            "seq": d.seq,
-            "lastError": getattr(d, "last_error", None),
-            "createdAt": getattr(d, "created_at", None),
+    def _delivery(d: Any) -> DeliveryView:
+        return DeliveryView(
+            id=d.id,
+            task_id=d.task_id,
+            config_key=d.config_key,
+            state=d.state.value if hasattr(d.state, "value") else d.state,
+            attempts=d.attempts,
+            seq=d.seq,
+            last_error=getattr(d, "last_error", None),
+            created_at=getattr(d, "created_at", None),
             # A worker holds the delivery until then (in flight, or its worker died).
-            "leasedUntil": getattr(d, "leased_until", None),
-        }
+            leased_until=getattr(d, "leased_until", None),
+        )
 
     async def list_deliveries(request: web.Request) -> web.Response:
         q = request.query
@@ -600,7 +626,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
                 after_id=q.get("after"),
             )
         )
-        return web.json_response({"deliveries": [_delivery_json(d) for d in found]})
+        return web.json_response(DeliveryList(deliveries=[_delivery(d) for d in found]).to_json())
 
     async def show_delivery(request: web.Request) -> web.Response:
         if request.match_info["id"] == "replay":  # no delivery has that id (msg_...)
@@ -615,7 +641,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         d = await gw.notifier.store.get_delivery(request.match_info["id"])
         if d is None:
             return _error(404, "not_found", "no such delivery")
-        return web.json_response(_delivery_json(d))
+        return web.json_response(_delivery(d).to_json())
 
     async def replay(request: web.Request) -> web.Response:
         try:
@@ -634,11 +660,11 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
                 )
             )
             ids = [d.id for d in found]
-        return web.json_response({"replayed": await gw.notifier.replay(ids)})
+        return web.json_response(Replayed(replayed=await gw.notifier.replay(ids)).to_json())
 
     async def endpoints(request: web.Request) -> web.Response:
         health = gw.notifier.dispatcher.health
-        return web.json_response({"open": sorted(health.open_endpoints())})
+        return web.json_response(OpenEndpoints(open=sorted(health.open_endpoints())).to_json())
 
     async def set_config(request: web.Request) -> web.Response:
         try:
@@ -653,14 +679,16 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         )
         if not ok:
             return _error(404, "not_found", "no such config")
-        return web.json_response({"key": request.match_info["key"], "enabled": enabled})
+        return web.json_response(
+            ConfigState(key=request.match_info["key"], enabled=enabled).to_json()
+        )
 
     async def healthz(request: web.Request) -> web.Response:
         try:
             await gw.notifier.store.stats(count_delivered=False)
         except Exception as exc:
             return _error(503, "unavailable", f"the database does not answer: {type(exc).__name__}")
-        return web.json_response({"status": "ok"})
+        return web.json_response(Health(status="ok").to_json())
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await gw.start()
@@ -677,7 +705,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         create_lookup=gw.task_for,
         owner_resolver=owner_of,
     )
-    app.router.add_post("/v1/tasks/{task_id}/events", post_event)
+    route(app, "POST", "/v1/tasks/{task_id}/events", post_event, _POST_EVENT)
     mount(app, service, jsonrpc_path="/v1/rpc", rest_prefix="/v1", jwks=False)
 
     async def jwks(request: web.Request) -> web.Response:
@@ -686,17 +714,155 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         await gw.fresh_keys()
         return web.json_response(gw.notifier.jwks(), headers={"Cache-Control": "max-age=60"})
 
-    app.router.add_get("/.well-known/jwks.json", jwks)
-    app.router.add_get("/admin/deliveries", list_deliveries)
-    app.router.add_get("/admin/deliveries/{id}", show_delivery)
-    app.router.add_post("/admin/deliveries/replay", replay)
-    app.router.add_get("/admin/endpoints", endpoints)
-    app.router.add_post("/admin/configs/{key}/{action:enable|disable}", set_config)
-    app.router.add_get("/healthz", healthz)
+    route(app, "GET", JWKS_PATH, jwks, jwks_operation("max-age=60"))
+    route(app, "GET", "/admin/deliveries", list_deliveries, _LIST_DELIVERIES)
+    route(app, "GET", "/admin/deliveries/{id}", show_delivery, _SHOW_DELIVERY)
+    route(app, "POST", "/admin/deliveries/replay", replay, _REPLAY)
+    route(app, "GET", "/admin/endpoints", endpoints, _ENDPOINTS)
+    route(app, "POST", "/admin/configs/{key}/{action:enable|disable}", set_config, _SET_CONFIG)
+    route(app, "GET", "/healthz", healthz, _HEALTHZ)
 
     add_metrics_route(app, gw.notifier.metrics, before_scrape=gw.notifier.refresh_metrics)
+    add_openapi_route(app, lambda: openapi_document(app))
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+# ---- the OpenAPI document ------------------------------------------------------------
+
+_AGENT: Final = ("agentKey",)
+_ADMIN: Final = ("adminKey",)
+_UNAUTHORIZED: Final = refusal("no bearer key, or not one of this gateway's")
+_POST_EVENT: Final = Operation(
+    summary="Post a task event (durable before the 202); the gateway delivers it",
+    description=(
+        "A StreamResponse with exactly one of task, statusUpdate or artifactUpdate for "
+        "the task in the path. The first agent to name a task id owns it."
+    ),
+    tags=("agent",),
+    security=_AGENT,
+    params=(
+        Param("task_id", "path", "the task (at most 256 characters, no control characters)"),
+        Param(HEADER_IDEMPOTENCY_KEY, "header", "1-255 printable ASCII: a retry is one event"),
+    ),
+    request=Body(StreamResponse, "the event", (JSON, "application/a2a+json")),
+    responses={
+        202: Body(EventAccepted, "stored; deliveries queued"),
+        400: refusal("invalid_event, invalid_task_id or invalid_header"),
+        401: _UNAUTHORIZED,
+        404: refusal("another agent owns this task (task_not_found)"),
+        413: refusal("the body is over max_body_bytes"),
+        415: refusal("not application/json"),
+        503: UNAVAILABLE,
+    },
+)
+_LIST_DELIVERIES: Final = Operation(
+    summary="List deliveries, oldest first, filtered",
+    tags=("admin",),
+    security=_ADMIN,
+    params=(
+        Param(
+            "state",
+            "query",
+            "only deliveries in this state",
+            schema={"type": "string", "enum": [s.value for s in DeliveryState]},
+        ),
+        Param("task", "query", "only this task's"),
+        Param("config", "query", "only this config's (its key)"),
+        Param("since", "query", "created at or after (Unix seconds)", schema={"type": "number"}),
+        Param("until", "query", "created before (Unix seconds)", schema={"type": "number"}),
+        Param(
+            "limit",
+            "query",
+            "page size (default 100)",
+            schema={"type": "integer", "minimum": 1, "maximum": 1000},
+        ),
+        Param("after", "query", "the last id of the previous page"),
+    ),
+    responses={
+        200: Body(DeliveryList, "a page of deliveries"),
+        400: refusal("an unknown or bad query parameter"),
+        401: _UNAUTHORIZED,
+        503: UNAVAILABLE,
+    },
+)
+_SHOW_DELIVERY: Final = Operation(
+    summary="Show one delivery",
+    tags=("admin",),
+    security=_ADMIN,
+    params=(Param("id", "path", "the delivery id (msg_...)"),),
+    responses={
+        200: Body(DeliveryView, "the delivery"),
+        401: _UNAUTHORIZED,
+        404: refusal("no such delivery"),
+        405: refusal("GET /admin/deliveries/replay: use POST", Allow="POST"),
+        503: UNAVAILABLE,
+    },
+)
+_REPLAY: Final = Operation(
+    summary="Send dead letters again, by id or by the window they were created in",
+    tags=("admin",),
+    security=_ADMIN,
+    request=Body(ReplayRequest, REPLAY_USAGE),
+    responses={
+        200: Body(Replayed, "how many were queued again"),
+        400: refusal("the body names an unknown key, a bad value, or both ways"),
+        401: _UNAUTHORIZED,
+        503: UNAVAILABLE,
+    },
+)
+_ENDPOINTS: Final = Operation(
+    summary="Webhook hosts whose circuit breaker is open",
+    tags=("admin",),
+    security=_ADMIN,
+    responses={200: Body(OpenEndpoints, "the open endpoints"), 401: _UNAUTHORIZED},
+)
+_SET_CONFIG: Final = Operation(
+    summary="Enable or disable a push config",
+    tags=("admin",),
+    security=_ADMIN,
+    params=(
+        Param("key", "path", "the config's key"),
+        Param("action", "path", "what to do", schema={"enum": ["enable", "disable"]}),
+    ),
+    request=Body(NoBody, "nothing, or {}"),
+    request_required=False,
+    responses={
+        200: Body(ConfigState, "the config's new state"),
+        400: refusal("a body other than nothing or {}"),
+        401: _UNAUTHORIZED,
+        404: refusal("no such config"),
+        503: UNAVAILABLE,
+    },
+)
+_HEALTHZ: Final = Operation(
+    summary="Whether the gateway's database answers",
+    tags=("meta",),
+    security=(),
+    responses={
+        200: Body(Health, "healthy"),
+        503: refusal("the database does not answer"),
+    },
+)
+SECURITY_SCHEMES: Final = {
+    "agentKey": bearer_scheme("an agent's API key (the gateway's agents, --agent-key)"),
+    "adminKey": bearer_scheme("an admin key (the gateway's admin_keys, --admin-key)"),
+}
+
+
+def openapi_document(app: web.Application) -> dict[str, Any]:
+    """The gateway's OpenAPI 3.1 document, rendered from ``app``'s routes."""
+    return document(
+        app,
+        title="a2a-push gateway",
+        description=(
+            "Agents post task events; the gateway owns push configs, signs webhooks and "
+            "delivers them. Refusals of the gateway's own routes are "
+            '{"error": reason, "message": text}; router 404/405 answers too.'
+        ),
+        security_schemes=SECURITY_SCHEMES,
+        default_security=_AGENT,  # the push-config routes under /v1
+    )
 
 
 def _delivery_state(value: str) -> DeliveryState:

@@ -1,17 +1,19 @@
-"""The gateway's admin request bodies, as pydantic models.
+"""The gateway's request bodies and answers, as pydantic models.
 
 Every model refuses keys it does not define (``extra="forbid"``) and values of another
 type (strict: ``"5"`` is no number, ``true`` no time), so a misspelt or misplaced key is
 a 400 naming it, never a request that quietly does something else (a replay of every
 dead letter because its filter was dropped). :func:`parse_body` reads a body into one,
-with a message naming the key; the same models can describe the API (JSON Schema).
+with a message naming the key. The answers (:class:`Answer` subclasses) are what the
+handlers serialize; both describe the API in its OpenAPI document (``/openapi.json``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Final, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from a2a_push.protocol.types import id_problem
 
@@ -100,3 +102,73 @@ def _first_problem(exc: ValidationError) -> str:
         return "the body must be a JSON object"
     message = str(first["msg"]).removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
+
+
+# ---- answers -------------------------------------------------------------------------
+
+
+class Answer(BaseModel):
+    """An answer of the gateway's API: camelCase keys on the wire."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON the gateway answers with (every key, nulls included)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class EventAccepted(Answer):
+    """``POST /v1/tasks/{taskId}/events``: the event is durable; its deliveries are queued."""
+
+    task_id: str
+    seq: int = Field(description="the event's sequence number in its task")
+    deliveries: int = Field(description="deliveries queued (one per enabled config)")
+
+
+class DeliveryView(Answer):
+    """One delivery (one event to one config), as the admin API shows it."""
+
+    model_config = ConfigDict(title="Delivery")
+
+    id: str
+    task_id: str
+    config_key: str
+    state: str = Field(description="pending, delivered, dead, ...")
+    attempts: int
+    seq: int
+    last_error: str | None
+    created_at: float | None = Field(description=_UNIX_TIME)
+    leased_until: float | None = Field(
+        description="a worker holds it until then (in flight, or its worker died)"
+    )
+
+
+class DeliveryList(Answer):
+    """``GET /admin/deliveries``: a page, oldest first (pass the last id as ``after``)."""
+
+    deliveries: list[DeliveryView]
+
+
+class Replayed(Answer):
+    """``POST /admin/deliveries/replay``: how many dead letters were queued again."""
+
+    replayed: int
+
+
+class OpenEndpoints(Answer):
+    """``GET /admin/endpoints``: webhook hosts whose circuit breaker is open."""
+
+    open: list[str]
+
+
+class ConfigState(Answer):
+    """``POST /admin/configs/{key}/{action}``: the config's new state."""
+
+    key: str
+    enabled: bool
+
+
+class Health(Answer):
+    """``GET /healthz`` when the database answers."""
+
+    status: Literal["ok"]

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ..errors import StoreUnavailableError
 from ..notifier import JWKS_PATH, serves_get
+from ..openapi import JSON, RETRY_AFTER, Body, Operation, Param, route
 from ..protocol.constants import (
     A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
@@ -38,6 +39,7 @@ from ..protocol.jsonrpc import (
     A2AError,
     failure,
 )
+from ..protocol.types import TaskPushNotificationConfig
 from .push_config import (
     CREATE,
     DELETE,
@@ -53,6 +55,7 @@ from .push_config import (
     header_value,
     negotiate_version,
 )
+from .schemas import ConfigList, JsonRpcRequest, JsonRpcResponse, Jwks, RestError
 
 __all__ = [
     "JSON_MEDIA_TYPES",
@@ -232,14 +235,103 @@ def mount(
         return web.json_response(service.notifier.jwks(), headers={"Cache-Control": "max-age=300"})
 
     if jsonrpc_path is not None:
-        app.router.add_post(jsonrpc_path, jsonrpc)
-    for one, many in ((item, collection), (tenant_item, tenant_collection)):
-        app.router.add_post(many, create)
-        app.router.add_get(many, list_)
-        app.router.add_get(one, get)
-        app.router.add_delete(one, delete)
+        route(app, "POST", jsonrpc_path, jsonrpc, _JSONRPC_OPERATION)
+    for one, many, tenant in ((item, collection, False), (tenant_item, tenant_collection, True)):
+        route(app, "POST", many, create, _rest_operation(CREATE, tenant))
+        route(app, "GET", many, list_, _rest_operation(LIST, tenant))
+        route(app, "GET", one, get, _rest_operation(GET, tenant))
+        route(app, "DELETE", one, delete, _rest_operation(DELETE, tenant))
     if jwks:
-        app.router.add_get(JWKS_PATH, jwks_route)
+        route(app, "GET", JWKS_PATH, jwks_route, jwks_operation("max-age=300"))
+
+
+# ---- the routes' OpenAPI operations ---------------------------------------------------
+
+_TAG: Final = "push configs"
+_A2A_JSON: Final = (A2A_MEDIA_TYPE, JSON)
+_VERSION_NOTE: Final = (
+    "The A2A-Version header (or query parameter) picks the protocol version: absent or "
+    "1.0 is v1.0; 0.3 reads and answers the v0.3 shapes."
+)
+_JSONRPC_OPERATION: Final = Operation(
+    summary="The A2A push-config methods over JSON-RPC 2.0",
+    description=(
+        "Create, Get, List and Delete TaskPushNotificationConfig (v1.0 names), or "
+        "tasks/pushNotificationConfig/set|get|list|delete (v0.3). Errors travel in the "
+        "JSON-RPC envelope with HTTP 200, except a body refused before it is read (413, "
+        "415) and an unavailable store (503 with Retry-After). " + _VERSION_NOTE
+    ),
+    tags=(_TAG,),
+    params=(Param(HEADER_A2A_VERSION, "header", "the A2A protocol version: 1.0 or 0.3"),),
+    request=Body(JsonRpcRequest, "a JSON-RPC request", _A2A_JSON),
+    responses={
+        200: Body(JsonRpcResponse, "the JSON-RPC response (result or error)"),
+        204: Body(description="a notification (no id): no response"),
+        413: Body(JsonRpcResponse, "the body is too large"),
+        415: Body(JsonRpcResponse, "the body is not JSON"),
+        503: Body(
+            JsonRpcResponse,
+            "the store is unavailable; retry",
+            headers=RETRY_AFTER,
+        ),
+    },
+)
+
+
+def _rest_operation(method: str, tenant: bool) -> Operation:
+    params = [
+        Param("taskId", "path", "the task"),
+        Param(HEADER_A2A_VERSION, "query", "the A2A protocol version, if not in the header"),
+    ]
+    if tenant:
+        params.insert(0, Param("tenant", "path", "the tenant (the spec's tenant-scoped binding)"))
+    if method in (GET, DELETE):
+        params.insert(-1, Param("id", "path", "the config"))
+    if method == LIST:
+        params += [
+            Param("pageSize", "query", "configs per page", schema={"type": "integer"}),
+            Param("pageToken", "query", "nextPageToken of the previous page"),
+        ]
+    answers = {
+        CREATE: Body(TaskPushNotificationConfig, "the config as stored", _A2A_JSON[:1]),
+        GET: Body(TaskPushNotificationConfig, "the config", _A2A_JSON[:1]),
+        LIST: Body(ConfigList, "a page of the task's configs", _A2A_JSON[:1]),
+        DELETE: Body({"type": "object"}, "deleted (an empty object)", _A2A_JSON[:1]),
+    }
+    refused = Body(RestError, "refused (google.rpc.Status)", _A2A_JSON[:1])
+    return Operation(
+        summary=f"{method} (the v1.0 REST binding)",
+        description=_VERSION_NOTE,
+        tags=(_TAG,),
+        params=tuple(params),
+        request=Body(TaskPushNotificationConfig, "the config to register", _A2A_JSON)
+        if method == CREATE
+        else None,
+        responses={
+            200: answers[method],
+            400: refused,
+            404: refused,
+            **({413: refused, 415: refused} if method == CREATE else {}),
+            500: refused,
+            503: Body(RestError, "the store is unavailable; retry", _A2A_JSON[:1], RETRY_AFTER),
+        },
+    )
+
+
+def jwks_operation(cache_control: str) -> Operation:
+    """The OpenAPI operation of ``GET /.well-known/jwks.json``."""
+    return Operation(
+        summary="The public keys webhooks are signed with (JWKS, RFC 7517)",
+        tags=("signing",),
+        security=(),
+        responses={
+            200: Body(
+                Jwks,
+                "the key set",
+                headers={"Cache-Control": cache_control},
+            )
+        },
+    )
 
 
 def agent_card_push_fields(card: dict[str, Any], jwks_uri: str) -> dict[str, Any]:
