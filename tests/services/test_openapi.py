@@ -27,8 +27,8 @@ from a2a_push.protocol.types import TaskState
 from receiver.api import RECEIVER
 from receiver.api import create_app as create_receiver_app
 
-from .gateway_support import ADMIN_KEY, AGENT_KEY, gateway_settings, status
-from .receiver_support import AGENT_PUBLIC, Rig, receiver_settings, sse_frames
+from ..gateway_support import ADMIN_KEY, AGENT_KEY, gateway_settings, status
+from ..receiver_support import AGENT_PUBLIC, Rig, receiver_settings, sse_frames
 
 
 def served(app: web.Application) -> set[tuple[str, str]]:
