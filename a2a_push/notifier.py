@@ -512,21 +512,9 @@ class PushNotifier:
         if task_id is not None and not isinstance(task_id, str):
             raise TypeError(f"register_config(): task_id must be a str, not {task_id!r}")
         self._require_started()
-        target_task = task_id or config.task_id
-        if not target_task:
-            raise InvalidConfigError("taskId", "a push notification config needs a task id")
-        if config.task_id and task_id and config.task_id != task_id:
-            raise InvalidConfigError("taskId", "does not match the task in the request")
-        problem = id_problem(target_task)  # (config.task_id was checked by the model)
-        if problem is not None:
-            raise InvalidConfigError("taskId", problem)
-        if protocol_version not in (VERSION_1_0, VERSION_0_3):
-            raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
-        self.address_policy.validate_url(config.url)
-        if config.token and stdwh.is_standard_webhooks_secret(config.token):
-            stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
-        if self.resolve_on_register:
-            await self.address_policy.check_url(config.url)
+        target_task = await self.check_config(
+            config, task_id=task_id, protocol_version=protocol_version
+        )
         snapshot = task
         if snapshot is None and self.task_provider is not None:
             snapshot = await self.task_provider(target_task)
@@ -571,6 +559,34 @@ class PushNotifier:
             provider = self.task_provider
             await self.catch_up(stored, snapshot, lambda: provider(target_task))
         return stored
+
+    async def check_config(
+        self,
+        config: TaskPushNotificationConfig,
+        *,
+        task_id: str | None = None,
+        protocol_version: str = VERSION_1_0,
+    ) -> str:
+        """Check ``config`` as :meth:`register_config` does (task id, URL and SSRF policy,
+        a ``whsec_`` token), storing nothing; the task id it is for. Raises
+        ``InvalidConfigError`` (with ``.field``). A server calls it before anything it does
+        for the config (claiming the task, say), so a refused config leaves nothing behind."""
+        target_task = task_id or config.task_id
+        if not target_task:
+            raise InvalidConfigError("taskId", "a push notification config needs a task id")
+        if config.task_id and task_id and config.task_id != task_id:
+            raise InvalidConfigError("taskId", "does not match the task in the request")
+        problem = id_problem(target_task)  # (config.task_id was checked by the model)
+        if problem is not None:
+            raise InvalidConfigError("taskId", problem)
+        if protocol_version not in (VERSION_1_0, VERSION_0_3):
+            raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
+        self.address_policy.validate_url(config.url)
+        if config.token and stdwh.is_standard_webhooks_secret(config.token):
+            stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
+        if self.resolve_on_register:
+            await self.address_policy.check_url(config.url)
+        return target_task
 
     async def catch_up(
         self,

@@ -745,3 +745,32 @@ async def test_the_gateways_sqlite_files_are_private(tmp_path: Path) -> None:
                 assert (
                     "'bogus' is not one of pending, delivered, dead" in (await r.json())["message"]
                 )
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_refused_config_does_not_make_its_agent_the_tasks_owner(
+    tmp_path: Path, version: str
+) -> None:
+    """Found by fuzzing the REST binding against its OpenAPI document: a create refused
+    for its URL (400) claimed the task for the agent first, so another agent naming the
+    task got TaskNotFound, and the refusal left a row behind."""
+    settings = gateway_settings(str(tmp_path / f"outbox-{version.replace('.', '')}.db"))
+    if version == "1.0":
+        method = "CreateTaskPushNotificationConfig"
+        bad = {"taskId": "t-unclaimed", "url": "no-scheme/hook"}
+        good = {"taskId": "t-unclaimed", "url": "http://127.0.0.1:9/hook"}
+    else:
+        method = "tasks/pushNotificationConfig/set"
+        bad = {"taskId": "t-unclaimed", "pushNotificationConfig": {"url": "no-scheme/hook"}}
+        good = {
+            "taskId": "t-unclaimed",
+            "pushNotificationConfig": {"url": "http://127.0.0.1:9/hook"},
+        }
+    async with running_gateway(settings) as (url, gw), aiohttp.ClientSession() as session:
+        refused = await rpc(session, url, method, bad)
+        assert refused["error"]["code"] == -32602, refused
+        assert await gw.state.owner("t-unclaimed") is None
+        created = await rpc(session, url, method, good, key=OTHER_KEY)
+        assert "result" in created, created
+        owner = await gw.state.owner("t-unclaimed")
+        assert owner is not None and owner.agent_id == "agent-b"
