@@ -547,7 +547,7 @@ class _ChainBatcher:
     is written again one outcome per transaction, so one bad outcome fails alone."""
 
     MAX_BATCH = 64
-    RUNNERS = 3
+    RUNNERS = 2
 
     def __init__(self, store: SQLStore) -> None:
         self._store = store
