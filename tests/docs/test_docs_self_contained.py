@@ -5,7 +5,7 @@ Over every file of the repository (tracked, or new and not ignored):
 
 - no file names the design notes that live outside the repository (the upper-case
   ``*.md`` names the checks below spell out) or a path into a sibling folder of the
-  checkout (``../shared``);
+  checkout (two dots, a slash and the sibling's name);
 - every relative link of a Markdown file (``[text](path)``, ``[text](path#anchor)``,
   ``[text](#anchor)``, reference definitions) leads to a file of the repository, and its
   anchor to a heading of that file, as GitHub makes anchors from headings;
@@ -348,6 +348,7 @@ def make_repository(root: Path, files: dict[str, str]) -> list[Path]:
 
 def test_the_checks_report_every_kind_of_mistake(tmp_path: Path) -> None:
     design, protocol = "DESIGN" + ".md", "PROTOCOL" + ".md"
+    sibling = ".." + "/" + "shared"  # spelled in parts: this file must not cite it
     (tmp_path / "outside.md").write_text("# Out\n", "utf-8")  # beside the repository
     root = tmp_path / "repo"
     files = make_repository(
@@ -361,14 +362,14 @@ def test_the_checks_report_every_kind_of_mistake(tmp_path: Path) -> None:
                 "[here, bad](#nowhere) [escapes](../outside.md)\n"
                 f"See {design} for why.\n"
                 "`[not a link](nowhere.md)` and `a2a_push/real.py`, `a2a_push/gone.py`\n"
-                "```\n[not a link either](nowhere.md) ../shared/notes\n```\n"
+                f"```\n[not a link either](nowhere.md) {sibling}/notes\n```\n"
                 "[ref]: docs/absent.md\n"
             ),
             "docs/guide.md": "# Guide\n\n## The JWT\n\nText.\n",
             "a2a_push/real.py": (
                 '"""Signs webhooks (docs/guide.md "The JWT"; docs/guide.md#the-jwt).\n\n'
                 f'See {protocol}, docs/missing.md and docs/guide.md "No such section".\n'
-                'Also ../shared/notes."""\n'
+                f'Also {sibling}/notes."""\n'
             ),
         },
     )
@@ -381,12 +382,12 @@ def test_the_checks_report_every_kind_of_mistake(tmp_path: Path) -> None:
         "README.md:8: the link '#nowhere': README.md has no heading",
         "README.md:8: the link '../outside.md' leads to no file",
         "README.md:10: `a2a_push/gone.py` names a path the repository does not have",
-        "README.md:12: names '../shared'",
+        f"README.md:12: names {sibling!r}",
         "README.md:14: the link 'docs/absent.md' leads to no file",
         f"a2a_push/real.py:3: names {protocol!r}",
         "a2a_push/real.py:3: names docs/missing.md, which does not exist",
         "a2a_push/real.py:3: docs/guide.md has no section 'No such section'",
-        "a2a_push/real.py:4: names '../shared'",
+        f"a2a_push/real.py:4: names {sibling!r}",
     ]
     for problem in expected:
         assert problem in text, f"not reported: {problem}\nreported:\n{text}"
