@@ -512,9 +512,20 @@ class PushNotifier:
         if task_id is not None and not isinstance(task_id, str):
             raise TypeError(f"register_config(): task_id must be a str, not {task_id!r}")
         self._require_started()
-        target_task = await self.check_config(
+        checked = await self.check_config(
             config, task_id=task_id, protocol_version=protocol_version
         )
+        return await self.register_checked(checked, owner=owner, task=task)
+
+    async def register_checked(
+        self, checked: CheckedConfig, *, owner: str, task: Task | None = None
+    ) -> StoredConfig:
+        """:meth:`register_config` for a config :meth:`check_config` has passed: a server
+        that must check a config before something else it does for it (claiming the
+        task, say) checks it once, resolving its host once."""
+        self._require_started()
+        config, target_task = checked.config, checked.task_id
+        protocol_version = checked.protocol_version
         snapshot = task
         if snapshot is None and self.task_provider is not None:
             snapshot = await self.task_provider(target_task)
@@ -566,9 +577,9 @@ class PushNotifier:
         *,
         task_id: str | None = None,
         protocol_version: str = VERSION_1_0,
-    ) -> str:
+    ) -> CheckedConfig:
         """Check ``config`` as :meth:`register_config` does (task id, URL and SSRF policy,
-        a ``whsec_`` token), storing nothing; the task id it is for. Raises
+        a ``whsec_`` token), storing nothing; what :meth:`register_checked` stores. Raises
         ``InvalidConfigError`` (with ``.field``). A server calls it before anything it does
         for the config (claiming the task, say), so a refused config leaves nothing behind."""
         target_task = task_id or config.task_id
@@ -586,7 +597,7 @@ class PushNotifier:
             stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
-        return target_task
+        return CheckedConfig(config, target_task, protocol_version)
 
     async def catch_up(
         self,
@@ -746,6 +757,15 @@ class PushNotifier:
         if trips > self._round_trips_counted:
             m.store_round_trips.inc(trips - self._round_trips_counted)
         self._round_trips_counted = trips
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedConfig:
+    """A config :meth:`PushNotifier.check_config` passed, for the task it is for."""
+
+    config: TaskPushNotificationConfig
+    task_id: str
+    protocol_version: str
 
 
 def _task_scoped_key(task_id: str, key: str) -> str:

@@ -326,11 +326,9 @@ class PushConfigService:
             raise A2AError.invalid_params("taskId: is required", "taskId")
         # Checked before the lookup, which may claim the task (a gateway's first config for
         # a task makes the agent its owner): a refused config leaves nothing behind.
-        await self.notifier.check_config(config, protocol_version=VERSION_1_0)
+        checked = await self.notifier.check_config(config, protocol_version=VERSION_1_0)
         task = await self._task(config.task_id, owner, create=True)
-        stored = await self.notifier.register_config(
-            config, owner=owner, protocol_version=VERSION_1_0, task=_snapshot(task)
-        )
+        stored = await self.notifier.register_checked(checked, owner=owner, task=_snapshot(task))
         await self._catch_up(stored, task, owner)
         return self._v10(stored)
 
@@ -362,11 +360,9 @@ class PushConfigService:
             raise A2AError.invalid_params("taskId: is required", "taskId")
         if config.id is None:  # v0.3 servers keyed an id-less config by its task
             config = config.model_copy(update={"id": task_id})
-        await self.notifier.check_config(config, protocol_version=VERSION_0_3)  # see _create
-        task = await self._task(task_id, owner, create=True)
-        stored = await self.notifier.register_config(
-            config, owner=owner, protocol_version=VERSION_0_3, task=_snapshot(task)
-        )
+        checked = await self.notifier.check_config(config, protocol_version=VERSION_0_3)
+        task = await self._task(task_id, owner, create=True)  # after the check: see _create
+        stored = await self.notifier.register_checked(checked, owner=owner, task=_snapshot(task))
         await self._catch_up(stored, task, owner)
         return config_to_v03(self._model(stored))
 
