@@ -529,6 +529,7 @@ SIGNATURES: dict[str, Callable[[], Callable[..., Any] | None]] = {
     "PushNotifier.open": lambda: PushNotifier.open,
     "PushNotifier": lambda: PushNotifier,
     "register_config": lambda: PushNotifier.register_config,
+    "check_config": lambda: PushNotifier.check_config,
     "catch_up": lambda: PushNotifier.catch_up,
     "send_snapshot": lambda: PushNotifier.send_snapshot,
     "publish": lambda: PushNotifier.publish,
