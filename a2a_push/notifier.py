@@ -707,6 +707,41 @@ class PushNotifier:
             DeliveryFilter(state=DeliveryState.DEAD, task_id=task_id, limit=limit)
         )
 
+    async def wait_settled(
+        self, delivery_ids: Sequence[str], *, timeout: float = 30.0
+    ) -> list[Delivery]:
+        """Wait until each of ``delivery_ids`` (e.g. ``PublishResult.delivery_ids``) is
+        delivered or dead-lettered, and return them in that order: for a script that
+        publishes and exits, or a test. Retries happen meanwhile, on their schedule.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds, naming the deliveries still
+        pending and their last error; ``KeyError`` for an id the outbox does not hold.
+        """
+        self._require_started()
+        deadline = time.monotonic() + timeout
+        pause = 0.01
+        while True:
+            found = [await self.store.get_delivery(delivery_id) for delivery_id in delivery_ids]
+            missing = [d_id for d_id, got in zip(delivery_ids, found, strict=True) if got is None]
+            if missing:
+                raise KeyError(f"wait_settled(): no delivery {missing[0]!r} in the outbox")
+            settled = [got for got in found if got is not None]
+            pending = [got for got in settled if got.state is DeliveryState.PENDING]
+            if not pending:
+                return settled
+            if time.monotonic() >= deadline:
+                first = pending[0]
+                why = first.last_error or (
+                    f"HTTP {first.last_status}" if first.last_status else "not attempted yet"
+                )
+                raise TimeoutError(
+                    f"wait_settled(): {len(pending)} of {len(settled)} deliveries still "
+                    f"pending after {timeout:g} s; {first.id}: {first.attempts} attempts, "
+                    f"last: {why}"
+                )
+            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.25)
+
     async def replay(self, delivery_ids: Sequence[str]) -> int:
         """Send dead-lettered deliveries again (their configs must still be enabled)."""
         self._require_started()

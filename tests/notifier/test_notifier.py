@@ -1521,3 +1521,25 @@ async def test_a_late_410_from_the_old_url_does_not_disable_a_moved_config(
     stored = await n.get_config("t1", "c", "o")
     assert stored is not None and stored.enabled and stored.url.endswith("/new")
     assert seqs(sink, "/new") == [2, 3]
+
+
+async def test_wait_settled_returns_once_delivered_or_dead_and_says_what_is_pending(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    n = await make_notifier()
+    await n.register_config(hook(sink, "/ok"), owner="o", task_id="t1", task=task("t1"))
+    await n.register_config(hook(sink, "/gone"), owner="o", task_id="t1")
+    sink.script("/ok", [503, 200])  # one retry first
+    sink.set_default("/gone", 404)  # dead at once
+    published = await n.publish("t1", status("t1", TaskState.WORKING))
+    settled = await n.wait_settled(published.delivery_ids, timeout=10)
+    assert [d.id for d in settled] == published.delivery_ids
+    assert sorted(d.state for d in settled) == [DeliveryState.DEAD, DeliveryState.DELIVERED]
+    assert len(sink.on("/ok")) == 3  # the snapshot, the 503, then the event
+
+    sink.set_default("/ok", 503)
+    pending = await n.publish("t1", status("t1", TaskState.COMPLETED))
+    with pytest.raises(TimeoutError, match=r"1 of 2 deliveries still pending .* HTTP 503"):
+        await n.wait_settled(pending.delivery_ids, timeout=0.3)
+    with pytest.raises(KeyError, match="no delivery 'nope'"):
+        await n.wait_settled(["nope"], timeout=0.1)
