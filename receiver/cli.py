@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_push import logs
+from a2a_push.cli.common import print_error
 from a2a_push.errors import A2APushError
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             config_file=args.config, overrides=overrides, extra_agents=args.agents
         )
     except SettingsError as exc:
-        print(f"receiver: error: {exc}", file=sys.stderr)
+        print_error(str(exc), "receiver")
         return 2
     if not settings.agents:
         print(

@@ -24,16 +24,15 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
 from a2a_push.settings_files import (
+    Sources,
     check_api_key,
     check_public_url,
-    describe,
     key_pairs,
     service_base_url,
 )
@@ -99,7 +98,7 @@ class AgentSettings(_Model):
             return None
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            raise ValueError("not an http(s) URL (http://host[:port]/path)")
         if "@" in parts.netloc:
             # It would be shown to every client (agentUrl) and in messages; the password
             # is not repeated here.
@@ -304,18 +303,17 @@ def _agent_key(url: str) -> str:
     return url.strip().rstrip("/")
 
 
-def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+def _env_values(environ: Mapping[str, str], sources: Sources) -> None:
     """The settings given as ``A2A_RECEIVER_<NAME>``, except ``agents`` (a list of URLs)."""
-    out: dict[str, Any] = {}
     for name in ReceiverSettings.model_fields:
-        raw = environ.get(ENV_PREFIX + name.upper())
+        variable = ENV_PREFIX + name.upper()
+        raw = environ.get(variable)
         if raw is None or raw == "" or name == "agents":
             continue
         if name == "api_keys":
-            out[name] = key_pairs(raw, f"{ENV_PREFIX}API_KEYS", "client_id", "client")
+            sources.set(name, key_pairs(raw, variable, "client_id", "client"), f"from {variable}")
         else:
-            out[name] = raw
-    return out
+            sources.set(name, raw, f"from {variable}")
 
 
 def _env_agent_urls(environ: Mapping[str, str]) -> list[str]:
@@ -362,15 +360,17 @@ def load_settings(
     env = os.environ if environ is None else environ
     if config_file is None and env.get(CONFIG_ENV):
         config_file = Path(env[CONFIG_ENV])
-    values: dict[str, Any] = {}
+    sources = Sources()
     if config_file is not None:
-        values.update(read_config_file(config_file))
-    urls = list(extra_agents) or _env_agent_urls(env)
-    if urls:
-        values["agents"] = _named_agents(urls, values.get("agents"))
-    values.update(_env_values(env))
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    try:
-        return ReceiverSettings.model_validate(values)
-    except ValidationError as exc:
-        raise describe(exc, "receiver") from None
+        sources.add_file(config_file, read_config_file(config_file))
+    if extra_agents:
+        agents = _named_agents(extra_agents, sources.values.get("agents"))
+        sources.set("agents", agents, "from --agent")
+    elif _env_agent_urls(env):
+        agents = _named_agents(_env_agent_urls(env), sources.values.get("agents"))
+        sources.set("agents", agents, f"from {ENV_PREFIX}AGENTS")
+    _env_values(env, sources)
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            sources.set(name, value, f"from --{name.replace('_', '-')}")
+    return sources.validate(ReceiverSettings, "receiver")

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import A2APushError
+from ..store import shown_database
 from . import configs, deliveries, endpoints, keys, send_test
 from .common import (
     ENV_DATABASE,
@@ -29,8 +29,8 @@ from .common import (
     CLIError,
     Parser,
     add_command,
+    print_error,
 )
-from .configs import shown_database
 
 _EPILOG = f"""\
 environment variables (a flag given on the command line wins):
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print_error(message)
     return code
 
 

@@ -36,6 +36,13 @@ class Parser(argparse.ArgumentParser):
         raise CLIError(f"{message} (see `{self.prog} --help`)", 2)
 
 
+def print_error(message: str, prog: str = PROG) -> None:
+    """``message`` on stderr as ``PROG: error: ...``, each of its lines so prefixed
+    (a settings error has one line per invalid setting)."""
+    for line in message.splitlines() or [""]:
+        print(f"{prog}: error: {line}", file=sys.stderr)
+
+
 def note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 

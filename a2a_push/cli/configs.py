@@ -6,13 +6,12 @@ import argparse
 import os
 import shlex
 from collections.abc import Mapping
-from typing import Final
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..store import (
     DeliveryFilter,
     DeliveryState,
     Store,
+    shown_database,
 )
 from .common import ENV_DATABASE, PROG, CLIError, Commands, add_command, note
 from .outbox import add_database_option, matching_ids, run_with_store
@@ -72,32 +71,6 @@ def _database_flag(args: argparse.Namespace) -> str:
     if not database or database == os.environ.get(ENV_DATABASE):
         return ""
     return f" --database {shlex.quote(shown_database(database))}"
-
-
-_SECRET_QUERY_KEYS: Final = frozenset({"password", "sslpassword"})
-
-
-def shown_database(database: str) -> str:
-    """``database`` for a command to suggest: a URL's password (``user:***@``) and any
-    ``password=``/``sslpassword=`` query parameter show as ``***``; the user name and
-    everything else stay, so the command still names the same database."""
-    if "://" not in database:
-        return database  # a file path
-    parts = urlsplit(database)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}{':***' if colon else ''}@{hostport}"
-    query = "&".join(
-        f"{piece.partition('=')[0]}=***"
-        if unquote(piece.partition("=")[0]).lower() in _SECRET_QUERY_KEYS
-        else piece
-        for piece in parts.query.split("&")
-    )
-    if netloc == parts.netloc and query == parts.query:
-        return database  # nothing to hide (urlunsplit would also drop sqlite:///'s //)
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def add_commands(commands: Commands, env: Mapping[str, str]) -> None:

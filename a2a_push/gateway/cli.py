@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from a2a_push import logs
+from a2a_push.cli.common import print_error
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = _settings(args)
     except GatewaySettingsError as exc:
-        print(f"a2a-push: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 2
     if not settings.agents:
         print(

@@ -12,7 +12,6 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -22,10 +21,10 @@ from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.settings_files import (
     SettingsError,
+    Sources,
     check_api_key,
     check_database,
     check_public_url,
-    describe,
     key_pairs,
     read_config_file,
     service_base_url,
@@ -166,32 +165,46 @@ class GatewaySettings(_Model):
         return is_postgres_url(self.database_url)
 
 
+# The flag that sets a setting, where it is not ``--`` and the name with dashes.
+FLAGS: Final = {
+    "agents": "--agent-key",
+    "admin_keys": "--admin-key",
+    "allow_webhook_hosts": "--allow-webhook-host",
+}
+
+
 def load_gateway_settings(
     *,
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> GatewaySettings:
-    """Merge file < environment < flags and validate, with messages naming the setting."""
-    values: dict[str, Any] = {}
+    """Merge file < environment < flags and validate, with messages naming the setting
+    and where its value came from."""
+    sources = Sources()
     try:
         if config_file is not None:
-            values.update(read_config_file(config_file))
+            sources.add_file(config_file, read_config_file(config_file))
         env = os.environ if environ is None else environ
         for name in GatewaySettings.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
+            variable = ENV_PREFIX + name.upper()
+            raw = env.get(variable)
             if not raw:
                 continue
             if name == "agents":
-                values[name] = key_pairs(raw, f"{ENV_PREFIX}AGENTS", "id", "agent")
+                value: Any = key_pairs(raw, variable, "id", "agent")
             elif name in ("admin_keys", "encryption_keys", "allow_webhook_hosts"):
-                values[name] = [v.strip() for v in raw.split(",") if v.strip()]
+                value = [v.strip() for v in raw.split(",") if v.strip()]
             else:
-                values[name] = raw
+                value = raw
+            sources.set(name, value, f"from {variable}")
     except SettingsError as exc:
         raise GatewaySettingsError(str(exc)) from None
-    values.update({k: v for k, v in (overrides or {}).items() if v not in (None, [], ())})
+    for name, value in (overrides or {}).items():
+        if value not in (None, [], ()):
+            flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+            sources.set(name, value, f"from {flag}")
     try:
-        return GatewaySettings.model_validate(values)
-    except ValidationError as exc:
-        raise GatewaySettingsError(str(describe(exc, "gateway"))) from None
+        return sources.validate(GatewaySettings, "gateway")
+    except SettingsError as exc:
+        raise GatewaySettingsError(str(exc)) from None

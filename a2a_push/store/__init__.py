@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .base import (
     ConfigStore,
@@ -66,6 +67,32 @@ POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 def is_postgres_url(url: str | Path) -> bool:
     """Whether ``url`` names a PostgreSQL database (else it is SQLite or memory)."""
     return str(url).startswith(POSTGRES_SCHEMES)
+
+
+_SECRET_QUERY_KEYS: Final = frozenset({"password", "sslpassword"})
+
+
+def shown_database(database: str) -> str:
+    """``database`` for a command to suggest: a URL's password (``user:***@``) and any
+    ``password=``/``sslpassword=`` query parameter show as ``***``; the user name and
+    everything else stay, so the command still names the same database."""
+    if "://" not in database:
+        return database  # a file path
+    parts = urlsplit(database)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{':***' if colon else ''}@{hostport}"
+    query = "&".join(
+        f"{piece.partition('=')[0]}=***"
+        if unquote(piece.partition("=")[0]).lower() in _SECRET_QUERY_KEYS
+        else piece
+        for piece in parts.query.split("&")
+    )
+    if netloc == parts.netloc and query == parts.query:
+        return database  # nothing to hide (urlunsplit would also drop sqlite:///'s //)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def open_store(url: str | Path, options: StoreOptions | None = None) -> Store:

@@ -683,7 +683,9 @@ def test_settings_check_admin_keys_encryption_keys_and_the_allowlist(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     agents = [{"id": "a", "api_key": AGENT_KEY}]
-    with pytest.raises(GatewaySettingsError, match="admin_keys: an API key needs at least 16"):
+    with pytest.raises(
+        GatewaySettingsError, match=r"admin_keys \(from --admin-key\): an API key needs at least 16"
+    ):
         load_gateway_settings(environ={}, overrides={"agents": agents, "admin_keys": ["x"]})
     with pytest.raises(GatewaySettingsError, match="admin_keys"):
         load_gateway_settings(environ={"A2A_GATEWAY_ADMIN_KEYS": "y"}, overrides={"agents": agents})

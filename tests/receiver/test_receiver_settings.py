@@ -67,7 +67,7 @@ def test_json_config_files_work_too(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_name_the_setting(environ: dict[str, str], expected: str) -> None:
-    with pytest.raises(SettingsError, match=r"invalid receiver settings|client:key") as err:
+    with pytest.raises(SettingsError, match=r"^setting |client:key") as err:
         load_settings(environ=environ)
     assert expected in str(err.value)
 
@@ -181,14 +181,20 @@ def test_the_config_file_can_be_named_by_the_environment(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
-        ({"A2A_RECEIVER_WORKERS": "zero"}, "workers: Input should be a valid integer"),
-        ({"A2A_RECEIVER_WORKERS": "0"}, "workers: Input should be greater than or equal to 1"),
-        ({"A2A_RECEIVER_LOG_LEVEL": "chatty"}, "log_level: Input should be"),
-        ({"A2A_RECEIVER_ACCESS_LOG": "sometimes"}, "access_log: Input should be a valid boolean"),
+        (
+            {"A2A_RECEIVER_WORKERS": "zero"},
+            "setting workers (from A2A_RECEIVER_WORKERS): Input should be a valid integer",
+        ),
+        (
+            {"A2A_RECEIVER_WORKERS": "0"},
+            "workers (from A2A_RECEIVER_WORKERS): Input should be greater than or equal to 1",
+        ),
+        ({"A2A_RECEIVER_LOG_LEVEL": "chatty"}, "log_level (from A2A_RECEIVER_LOG_LEVEL): Input"),
+        ({"A2A_RECEIVER_ACCESS_LOG": "sometimes"}, "Input should be a valid boolean"),
     ],
 )
 def test_bad_new_settings_name_the_setting(environ: dict[str, str], expected: str) -> None:
-    with pytest.raises(SettingsError, match="invalid receiver settings") as err:
+    with pytest.raises(SettingsError, match=r"^setting ") as err:
         load_settings(environ=environ)
     assert expected in str(err.value)
 
@@ -199,7 +205,9 @@ def test_the_command_reads_workers_and_log_level_from_the_environment(
     monkeypatch.setenv("A2A_RECEIVER_WORKERS", "0")
     args = ["receiver", "--agent", "http://a.test/", "--data-dir", str(tmp_path)]
     assert cli_main(args) == 2
-    assert "workers: Input should be greater than or equal to 1" in capsys.readouterr().err
+    assert "setting workers (from A2A_RECEIVER_WORKERS): Input should be greater" in (
+        capsys.readouterr().err
+    )
     monkeypatch.setenv("A2A_RECEIVER_LOG_LEVEL", "chatty")
     assert cli_main([*args, "--workers", "1"]) == 2  # the flag fixes workers, not log_level
     err = capsys.readouterr().err
@@ -256,7 +264,8 @@ def test_python_dash_m_receiver_reports_bad_settings() -> None:
         check=False,
     )
     assert proc.returncode == 2
-    assert "agents.0.url" in proc.stderr and "http(s) URL" in proc.stderr
+    assert "setting agents[0].url (from --agent): " in proc.stderr
+    assert "http(s) URL" in proc.stderr and "got 'not-a-url'" in proc.stderr
 
 
 def test_several_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
@@ -421,7 +430,7 @@ def test_with_workers_every_scrape_shows_the_sum_over_them_all(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("agent", "expected"),
     [
-        ('algorithms = ["HS256"]', "agents.0.algorithms: unsupported ['HS256']"),
+        ('algorithms = ["HS256"]', "agents[0].algorithms (from CONFIG): unsupported ['HS256']"),
         ("algorithms = []", "the jwt method needs at least one algorithm"),
         ('auth = ["standard-webhooks"]', "the standard-webhooks method needs a whsec_ secret"),
         (
@@ -435,9 +444,9 @@ def test_agent_options_the_verifier_cannot_use_are_refused_when_loading(
 ) -> None:
     config = tmp_path / "r.toml"
     config.write_text(f'[[agents]]\nurl = "http://a.test/"\n{agent}\n')
-    with pytest.raises(SettingsError, match="invalid receiver settings") as caught:
+    with pytest.raises(SettingsError, match=r"^setting agents") as caught:
         load_settings(config_file=config, environ={})
-    assert expected in str(caught.value)
+    assert expected.replace("CONFIG", str(config)) in str(caught.value)
 
 
 def test_the_command_refuses_unusable_agent_options_with_exit_2_and_no_traceback(
@@ -456,7 +465,7 @@ def test_the_command_refuses_unusable_agent_options_with_exit_2_and_no_traceback
         check=False,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "receiver: error: invalid receiver settings: agents.0.algorithms" in proc.stderr
+    assert "receiver: error: setting agents[0].algorithms (from " in proc.stderr
     assert "Traceback" not in proc.stderr and "Unclosed" not in proc.stderr
 
 
@@ -487,16 +496,20 @@ DATABASE_ACCEPTED = "postgresql://user@host/db, sqlite:///path/receiver.db or a 
     ["mysql://x/y", "memory://", ":memory:", "redis://localhost/0", "file:///tmp/r.db"],
 )
 def test_a_database_url_the_receiver_cannot_open_is_refused(database: str) -> None:
-    with pytest.raises(SettingsError, match="invalid receiver settings: database: ") as err:
+    with pytest.raises(SettingsError, match=r"^setting database \(from --database\): ") as err:
         load_settings(environ={}, overrides={"database": database})
     assert DATABASE_ACCEPTED in str(err.value)
-    with pytest.raises(SettingsError, match=r"database: .*or a file path"):
+    with pytest.raises(
+        SettingsError, match=r"database \(from A2A_RECEIVER_DATABASE\): .*or a file path"
+    ):
         load_settings(environ={"A2A_RECEIVER_DATABASE": database})
 
 
 @pytest.mark.parametrize("database", ["sqlite://", "sqlite:///", "sqlite://rel.db"])
 def test_a_sqlite_url_needs_a_file_path(database: str) -> None:
-    with pytest.raises(SettingsError, match=r"database: .*a sqlite URL needs a file path"):
+    with pytest.raises(
+        SettingsError, match=r"database \(from --database\): .*a sqlite URL needs a file path"
+    ):
         load_settings(environ={}, overrides={"database": database})
 
 
@@ -538,7 +551,7 @@ def test_the_command_refuses_a_database_url_with_exit_2_and_creates_nothing(
     args = ["receiver", "--agent", "http://127.0.0.1:9/", "--database", database, "--port", "0"]
     assert cli_main(args) == 2
     captured = capsys.readouterr()
-    assert "receiver: error: invalid receiver settings: database: " in captured.err
+    assert "receiver: error: setting database (from --database): " in captured.err
     assert DATABASE_ACCEPTED in captured.err and "Traceback" not in captured.err
     assert captured.out == ""
     assert list(tmp_path.iterdir()) == []  # no ./mysql:/x/y, no ./memory:
@@ -561,10 +574,12 @@ def test_the_command_refuses_a_database_url_with_exit_2_and_creates_nothing(
     ],
 )
 def test_a_public_url_agents_cannot_call_is_refused(public_url: str) -> None:
-    with pytest.raises(SettingsError, match="invalid receiver settings: public_url: ") as err:
+    with pytest.raises(SettingsError, match=r"^setting public_url \(from --public-url\): ") as err:
         load_settings(environ={}, overrides={"public_url": public_url})
     assert "an absolute http(s) URL with a host" in str(err.value)
-    with pytest.raises(SettingsError, match=r"public_url: .*absolute http"):
+    with pytest.raises(
+        SettingsError, match=r"public_url \(from A2A_RECEIVER_PUBLIC_URL\): .*absolute http"
+    ):
         load_settings(environ={"A2A_RECEIVER_PUBLIC_URL": public_url})
 
 
@@ -590,7 +605,7 @@ def test_the_command_refuses_a_public_url_without_a_scheme_with_exit_2(
     args = ["receiver", "--agent", "http://127.0.0.1:9/", "--public-url", "receiver.example.com"]
     assert cli_main([*args, "--port", "0"]) == 2
     captured = capsys.readouterr()
-    assert "receiver: error: invalid receiver settings: public_url: " in captured.err
+    assert "receiver: error: setting public_url (from --public-url): " in captured.err
     assert "receiver.example.com/webhooks/a2a" not in captured.out
     assert list(tmp_path.iterdir()) == []
 
