@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_push import logs
-from a2a_push.cli.common import print_error
+from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.errors import A2APushError
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "access_log": args.access_log,
     }
+    unknown = unknown_variable(ENV_PREFIX, ReceiverSettings.model_fields, "receiver")
+    if unknown is not None:
+        print_error(unknown, "receiver")
+        return 2
     try:
         settings = load_settings(
             config_file=args.config, overrides=overrides, extra_agents=args.agents

@@ -29,6 +29,7 @@ from .common import (
     CLIError,
     Parser,
     add_command,
+    note_unknown_push_variables,
     print_error,
 )
 
@@ -52,6 +53,7 @@ Tokens, credentials and encryption keys are never printed.
 def main(argv: list[str] | None = None) -> int:
     """Run the ``a2a-push`` command with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     parser = build_parser()
+    note_unknown_push_variables()
     try:
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, Final, NoReturn, TypeAlias
 
 from ..gateway.client import check_gateway_url
 
@@ -18,6 +21,70 @@ ENV_ENCRYPTION_KEYS = "A2A_PUSH_ENCRYPTION_KEYS"
 ENV_KEYS_DIR = "A2A_PUSH_KEYS_DIR"
 
 ENV_ISSUER = "A2A_PUSH_ISSUER"
+
+# The variables with our prefixes that are not gateway or receiver settings (those are
+# A2A_GATEWAY_<SETTING> and A2A_RECEIVER_<SETTING>, from the settings models), and what
+# reads them. A variable with one of the prefixes that is in neither stops the gateway
+# and the receiver at start (a misspelt name must not be ignored); add new ones here.
+KNOWN_VARIABLES: Final[dict[str, str]] = {
+    ENV_DATABASE: "a2a-push deliveries|configs: --database",
+    ENV_ENCRYPTION_KEYS: "a2a-push deliveries|configs|keys rotate: --encryption-key",
+    ENV_KEYS_DIR: "a2a-push keys|send-test: --dir, --keys-dir",
+    ENV_ISSUER: "a2a-push send-test: --issuer",
+    "A2A_PUSH_GATEWAY_KEY": "a2a-push mock-agent: --gateway-key",
+    "A2A_PUSH_TEST_POSTGRES_DSN": "the test suite: a PostgreSQL database to test with",
+    "A2A_PUSH_BENCH_POSTGRES_DSN": "the benchmarks: a PostgreSQL database to measure",
+    "A2A_GATEWAY_ADMIN_KEY": "a2a-push endpoints: --admin-key",
+    "A2A_RECEIVER_CONFIG": "the receiver: its config file, when no --config is given",
+    "A2A_RECEIVER_SUPERVISOR_PID": "the receiver: set by the supervisor for its workers",
+    "A2A_RECEIVER_WORKER_INDEX": "the receiver: set by the supervisor for its workers",
+}
+
+PUSH_PREFIX: Final = "A2A_PUSH_"
+
+
+def unknown_variable(
+    prefix: str,
+    settings: Iterable[str],
+    service: str,
+    environ: Mapping[str, str] | None = None,
+) -> str | None:
+    """The error for the first variable named ``prefix...`` that is neither one of the
+    ``settings`` (``prefix + NAME``) nor in :data:`KNOWN_VARIABLES`; None if there is none."""
+    env = os.environ if environ is None else environ
+    known = {prefix + name.upper() for name in settings}
+    known |= {name for name in KNOWN_VARIABLES if name.startswith(prefix)}
+    for name in sorted(env):
+        if name.startswith(prefix) and name not in known:
+            close = _close_variable(name, prefix, known)
+            fix = (
+                f"did you mean {close}?"
+                if close
+                else f"the {service} reads {prefix}<SETTING> for each of its settings "
+                "(see docs/configuration.md); unset it or correct its name"
+            )
+            return f"unknown environment variable {name}; {fix}"
+    return None
+
+
+def _close_variable(name: str, prefix: str, known: Iterable[str]) -> str | None:
+    """The known variable ``name`` most likely misspells (compared without the prefix
+    they share, which would make any two look alike)."""
+    tails = {k.removeprefix(prefix): k for k in known}
+    close = difflib.get_close_matches(name.removeprefix(prefix), sorted(tails), n=1)
+    return tails[close[0]] if close else None
+
+
+def note_unknown_push_variables(environ: Mapping[str, str] | None = None) -> None:
+    """A note on stderr for each ``A2A_PUSH_*`` variable no command reads (a typo,
+    most likely): not an error, as nothing else depends on it."""
+    env = os.environ if environ is None else environ
+    known = sorted(n for n in KNOWN_VARIABLES if n.startswith(PUSH_PREFIX))
+    for name in sorted(env):
+        if name.startswith(PUSH_PREFIX) and name not in KNOWN_VARIABLES:
+            close = _close_variable(name, PUSH_PREFIX, known)
+            hint = f"; did you mean {close}?" if close else "; no a2a-push command reads it"
+            note(f"unknown environment variable {name}{hint}")
 
 
 class CLIError(Exception):

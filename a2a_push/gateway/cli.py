@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from a2a_push import logs
-from a2a_push.cli.common import print_error
+from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
@@ -114,6 +114,10 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    unknown = unknown_variable(ENV_PREFIX, GatewaySettings.model_fields, "gateway")
+    if unknown is not None:
+        print_error(unknown)
+        return 2
     try:
         settings = _settings(args)
     except GatewaySettingsError as exc:
