@@ -38,10 +38,18 @@ def shown_url(url: str) -> str:
 class AgentCallError(Exception):
     """An agent call failed. ``retryable`` says whether trying again may help."""
 
-    def __init__(self, message: str, *, retryable: bool, code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool, code: int | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.code = code
+        self.status = status  # the HTTP status of the agent's answer, if there was one
+
+    @property
+    def refused_credentials(self) -> bool:
+        """The agent answered 401 or 403: it did not accept the receiver's credentials."""
+        return self.status in (401, 403)
 
     @property
     def task_not_found(self) -> bool:
@@ -120,10 +128,12 @@ class AgentClient:
         error = data.get("error")
         if isinstance(error, dict):
             code = error.get("code")
+            refused = endpoint if status in (401, 403) else ""
             raise AgentCallError(
-                f"{method}: agent error {code}: {error.get('message')}",
+                f"{method}: agent error {code}: {error.get('message')}{refused}",
                 retryable=code == -32603,
                 code=code if isinstance(code, int) else None,
+                status=status,
             )
         if status != 200 or not ("result" in data or data.get("jsonrpc") == "2.0"):
             raise AgentCallError(

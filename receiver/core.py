@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import functools
 import hmac
 import inspect
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -32,7 +34,7 @@ from a2a_push.protocol.types import TaskState
 from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
 from a2a_push.store import is_postgres_url
 
-from .agent_client import AgentCallError, AgentClient
+from .agent_client import AgentCallError, AgentClient, shown_url
 from .fetcher import TaskFetcher
 from .metrics import ReceiverMetrics
 from .settings import AgentSettings, ReceiverSettings, check_database
@@ -822,9 +824,7 @@ class Receiver:
         require_id(task_id, "taskId")
         agent = self.settings.agent(agent_url)
         if agent is None:
-            raise ClientError(
-                400, "unknown_agent", f"{agent_url!r} is not one of this receiver's agents"
-            )
+            raise ClientError(400, "unknown_agent", _unknown_agent(agent_url, self.settings))
         key = (client_id, agent.key, task_id)
         pending = self._creating.get(key)
         if pending is not None:
@@ -899,9 +899,8 @@ class Receiver:
             else:
                 await self.store.remove_subscription(sub.id)
             if exc.task_not_found:
-                raise ClientError(
-                    404, "task_not_found", f"{exc}{_credentials_hint(agent)}"
-                ) from exc
+                why = _task_not_found(exc, agent, task_id)
+                raise ClientError(404, "task_not_found", why) from exc
             raise ClientError(502, "agent_error", str(exc)) from exc
         try:
             await self.store.confirm_subscription(sub.id, now=time.time())
@@ -979,15 +978,64 @@ class Receiver:
 INVALID_ID: Final = f"{{}}: 1 to {MAX_ID_LENGTH} printable characters are required"
 
 
-def _credentials_hint(agent: AgentSettings) -> str:
-    """Why an agent may not find a task the client sees: agents scope tasks to the
-    caller, and the receiver calls with its own credentials (never shown)."""
-    which = "its configured ones" if agent.credentials is not None else "none are configured"
-    return (
-        f". The receiver calls the agent with this agent's `credentials` setting ({which}), "
-        "so a task created under other credentials is not visible to it: set `credentials` "
-        "in this agent's [[agents]] entry to the Authorization value the task was created with"
+def _unknown_agent(agent_url: str, settings: ReceiverSettings) -> str:
+    """Which agents there are, and the one ``agent_url`` most likely means."""
+    keys = [a.key for a in settings.agents]
+    shown = ", ".join(keys[:_LISTED_AGENTS]) + (", ..." if len(keys) > _LISTED_AGENTS else "")
+    try:
+        given = repr(shown_url(agent_url)[:200])
+    except ValueError:
+        given = "(not a URL)"
+    message = (
+        f"agentUrl {given} is not one of this receiver's agents "
+        f"(configured: {shown}); give one of those URLs, as configured"
     )
+    close = _closest_agent(agent_url, keys)
+    return f"{message}; did you mean {close}?" if close else message
+
+
+_LISTED_AGENTS: Final = 10
+
+
+def _closest_agent(agent_url: str, keys: list[str]) -> str | None:
+    """The configured agent ``agent_url`` most likely means: the one with the same port
+    and path on another host name (``localhost`` for ``127.0.0.1``), else the closest
+    spelling."""
+    try:
+        given = urlsplit(agent_url.rstrip("/"))
+        same_place = [
+            k for k in keys if (urlsplit(k).port, urlsplit(k).path) == (given.port, given.path)
+        ]
+    except ValueError:
+        same_place = []
+    if len(same_place) == 1:
+        return same_place[0]
+    close = difflib.get_close_matches(agent_url.rstrip("/"), keys, n=1)
+    return close[0] if close else None
+
+
+def _task_not_found(exc: AgentCallError, agent: AgentSettings, task_id: str) -> str:
+    """The agent says the task does not exist. Credentials are named only where they can
+    be the cause: the agent refused them (401/403), or the receiver sends some (agents
+    scope tasks to the caller, and the receiver calls with its own, never shown)."""
+    if exc.refused_credentials:
+        return (
+            f"the agent at {shown_url(agent.url)} refused the receiver's credentials (HTTP "
+            f"{exc.status}) and answered that task {task_id!r} does not exist: check this "
+            "agent's `credentials` (the Authorization value sent), then the taskId"
+        )
+    message = (
+        f"the agent at {shown_url(agent.url)} answered that task {task_id!r} does not exist "
+        f"({exc}); check the taskId, and that agentUrl is the agent that runs the task"
+    )
+    if agent.credentials is not None:
+        message += (
+            ". The receiver calls this agent with its configured `credentials`, and an "
+            "agent may show a caller only its own tasks: if the task was created with other "
+            "credentials, set `credentials` in this agent's [[agents]] entry to the "
+            "Authorization value it was created with"
+        )
+    return message
 
 
 def require_id(value: str, name: str) -> None:

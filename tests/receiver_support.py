@@ -441,6 +441,8 @@ class Agent:
     create_gate: asyncio.Event | None = None
     """When set, CreateTaskPushNotificationConfig answers only once this event is set."""
     create_error: dict[str, Any] | None = None
+    create_status: int = 200
+    """The HTTP status of a ``create_error`` answer."""
     creates: int = 0
     state: str = "TASK_STATE_WORKING"
     """What GetTask says the task's state is."""
@@ -476,7 +478,9 @@ class Agent:
                 await self.create_gate.wait()
             if self.create_error is not None:
                 error = self.create_error
-                return web.json_response({"jsonrpc": "2.0", "id": data["id"], "error": error})
+                return web.json_response(
+                    {"jsonrpc": "2.0", "id": data["id"], "error": error}, status=self.create_status
+                )
             return web.json_response({"jsonrpc": "2.0", "id": data["id"], "result": params})
 
         app = web.Application()

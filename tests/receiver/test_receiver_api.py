@@ -734,7 +734,7 @@ def test_agent_urls_in_messages_drop_their_user_and_password() -> None:
 
 
 @pytest.mark.parametrize("credentials", [None, "Bearer the-receivers-secret-0123"])
-async def test_task_not_found_on_subscribe_explains_whose_credentials_are_used(
+async def test_task_not_found_on_subscribe_names_credentials_only_when_some_are_sent(
     tmp_path: Path, credentials: str | None
 ) -> None:
     agent = Agent(create_error={"code": -32001, "message": "Task not found"})
@@ -747,9 +747,57 @@ async def test_task_not_found_on_subscribe_explains_whose_credentials_are_used(
             status, answer = await _subscribe(session, settings, agent)
     assert (status, answer["error"]) == (404, "task_not_found")
     message = answer["message"]
-    assert message.startswith("CreateTaskPushNotificationConfig: agent error -32001")
-    assert "calls the agent with this agent's `credentials` setting" in message
-    assert "a task created under other credentials is not visible to it" in message
-    which = "none are configured" if credentials is None else "its configured ones"
-    assert f"({which})" in message
+    assert message.startswith(
+        f"the agent at {agent.url} answered that task 't1' does not exist "
+        "(CreateTaskPushNotificationConfig: agent error -32001: Task not found); check the "
+        "taskId, and that agentUrl is the agent that runs the task"
+    )
+    if credentials is None:
+        assert "credentials" not in message  # none are sent: they cannot be the cause
+    else:
+        assert "calls this agent with its configured `credentials`" in message
+        assert "set `credentials` in this agent's [[agents]] entry" in message
     assert "the-receivers-secret" not in message
+
+
+async def test_task_not_found_with_credentials_refused_says_to_check_them(
+    tmp_path: Path,
+) -> None:
+    agent = Agent(create_error={"code": -32001, "message": "Task not found"}, create_status=401)
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        async with receiver_server(settings), aiohttp.ClientSession() as session:
+            status, answer = await _subscribe(session, settings, agent)
+    assert (status, answer["error"]) == (404, "task_not_found")
+    assert answer["message"] == (
+        f"the agent at {agent.url} refused the receiver's credentials (HTTP 401) and "
+        "answered that task 't1' does not exist: check this agent's `credentials` (the "
+        "Authorization value sent), then the taskId"
+    )
+
+
+async def test_an_unknown_agent_url_lists_the_agents_and_the_one_meant(tmp_path: Path) -> None:
+    agent = Agent()
+    async with agent_server(agent):
+        settings = settings_for(tmp_path, {"url": agent.url, "jwks_url": agent.base + "/keys"})
+        written_otherwise = agent.url.replace("127.0.0.1", "localhost")
+        async with receiver_server(settings), aiohttp.ClientSession() as session:
+            body = {"agentUrl": written_otherwise, "taskId": "t1"}
+            async with session.post(
+                settings.base_url + "/subscriptions", json=body, headers=AUTH
+            ) as resp:
+                status, answer = resp.status, await resp.json()
+            body = {"agentUrl": "https://elsewhere.example/a2a", "taskId": "t1"}
+            async with session.post(
+                settings.base_url + "/subscriptions", json=body, headers=AUTH
+            ) as resp:
+                far = await resp.json()
+    assert (status, answer["error"]) == (400, "unknown_agent")
+    assert answer["message"] == (
+        f"agentUrl {written_otherwise!r} is not one of this receiver's agents (configured: "
+        f"{agent.url}); give one of those URLs, as configured; did you mean {agent.url}?"
+    )
+    assert far["message"] == (
+        "agentUrl 'https://elsewhere.example/a2a' is not one of this receiver's agents "
+        f"(configured: {agent.url}); give one of those URLs, as configured"
+    )
