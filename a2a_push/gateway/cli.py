@@ -12,9 +12,11 @@ import stat
 import sys
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from a2a_push import logs
 from a2a_push.cli.common import print_error, unknown_variable
+from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
@@ -175,14 +177,35 @@ def _serve(
         f"{gateway.notifier.issuer}; database {gateway.notifier.store.location}; "
         f"JWKS at {settings.base_url}/.well-known/jwks.json"
     )
-    run_app(
-        create_app(settings, gateway=gateway),
-        sock=sockets,
-        # Called once the database is open and the port is bound, not before.
-        print=lambda _started: logs.serving(banner),
-        access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
-    )
+    try:
+        run_app(
+            create_app(settings, gateway=gateway),
+            sock=sockets,
+            # Called once the database is open and the port is bound, not before.
+            print=lambda _started: logs.serving(banner),
+            access_log=logging.getLogger("aiohttp.access") if args.access_log else None,
+        )
+    except StoreUnavailableError as exc:
+        if not settings.is_postgres:
+            raise
+        # At start nothing is running that would reconnect: say what to check, once.
+        print_error(_unreachable(settings.database_url, exc))
+        return 1
     return 0
+
+
+def _unreachable(database: str, exc: StoreUnavailableError) -> str:
+    """``cannot reach PostgreSQL at host:port (why); ...``: never the DSN's password."""
+    try:
+        parts = urlsplit(database)
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    except ValueError:
+        where = "the configured database"
+    reason = str(exc.__cause__ or exc) or type(exc.__cause__ or exc).__name__
+    return (
+        f"cannot reach PostgreSQL at {where} ({reason}); is the server running? check "
+        f"--database (or database, {ENV_PREFIX}DATABASE)"
+    )
 
 
 _SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys")

@@ -540,3 +540,28 @@ async def test_a_database_closed_to_connections_is_503_not_500() -> None:
         )
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         await admin.close()
+
+
+def test_a_start_with_postgres_unreachable_is_one_line_saying_what_to_check(
+    tmp_path: Any,
+) -> None:
+    pytest.importorskip("asyncpg")
+    closed = free_port()  # nothing listens there
+    database = f"postgresql://gw:s3cret-password@127.0.0.1:{closed}/gateway"
+    proc = subprocess.run(
+        [sys.executable, "-m", "a2a_push", "gateway", "--port", "0", "--database", database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "A2A_GATEWAY_AGENTS": f"agent-a:{AGENT_KEY}"},
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"a2a-push: error: cannot reach PostgreSQL at 127.0.0.1:{closed} (")
+    assert lines[0].endswith(
+        "); is the server running? check --database (or database, A2A_GATEWAY_DATABASE)"
+    )
+    assert "s3cret" not in proc.stderr and "reconnects" not in proc.stderr
