@@ -32,7 +32,7 @@ from .common import (
     utc,
     utc_iso,
 )
-from .outbox import add_database_option, matching_ids, run_with_store
+from .outbox import DATABASE_FORMS, add_database_option, matching_ids, run_with_store
 
 STATES: tuple[str, ...] = tuple(state.value for state in DeliveryState)
 
@@ -283,8 +283,8 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
         commands,
         "deliveries",
         "inspect the delivery outbox and replay dead-lettered deliveries",
-        description="Inspect the delivery outbox of a notifier or gateway database. These "
-        "commands never read config secrets.",
+        description="Inspect the delivery outbox of a notifier or gateway database, given "
+        f"with --database DB: {DATABASE_FORMS}. These commands never read config secrets.",
     )
     deliveries_commands = deliveries.add_subparsers(title="commands", metavar="COMMAND")
 

@@ -9,7 +9,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ..database import migrations
 from ..gateway.client import redact_url
@@ -50,8 +50,7 @@ def _open_store(args: argparse.Namespace) -> Store:
     database: str | None = args.database
     if not database:
         raise CLIError(
-            "no database given: pass --database DB (a SQLite file path or sqlite:///path) "
-            f"or set {ENV_DATABASE}",
+            f"no database given: pass --database DB ({DATABASE_FORMS}) or set {ENV_DATABASE}",
             2,
         )
     keys = given_encryption_keys(args)
@@ -141,12 +140,17 @@ async def matching_ids(store: Store, flt: DeliveryFilter) -> list[str]:
         after = page[-1].id
 
 
+# What --database takes, for help and messages.
+DATABASE_FORMS: Final = (
+    "a SQLite file path, sqlite:///path, or postgresql://user[:password]@host[:port]/database"
+)
+
+
 def add_database_option(sub: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     """``--database DB`` (default: ``$A2A_PUSH_DATABASE``), for the commands that open one."""
     sub.add_argument(
         "--database",
         default=env.get(ENV_DATABASE),
         metavar="DB",
-        help="the notifier's or gateway's database: a SQLite file path, sqlite:///path or "
-        f"postgresql://… (default: ${ENV_DATABASE})",
+        help=f"the notifier's or gateway's database: {DATABASE_FORMS} (default: ${ENV_DATABASE})",
     )

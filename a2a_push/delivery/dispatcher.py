@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
@@ -738,15 +739,13 @@ class Dispatcher:
             )
         elif kind == "dead":
             webhook_log.warning(
-                "%s dead-lettered after %s (%s; %s%s); `a2a-push deliveries list --state "
-                "dead` lists dead letters (in %s) and `a2a-push deliveries replay` sends "
-                "them again",
+                "%s dead-lettered after %s (%s; %s%s); %s",
                 where,
                 tries,
                 why,
                 ids,
                 note,
-                self.store.location,
+                dead_letter_hint(self.store),
                 extra={WEBHOOK_OUTCOME: "dead"},
             )
         else:
@@ -790,6 +789,20 @@ def _endpoint_or_none(delivery: Delivery) -> str | None:
 
 class _EndpointBusy(Exception):
     """The endpoint's in-flight cap and its waiting queue are both full."""
+
+
+def dead_letter_hint(store: Store) -> str:
+    """The commands that list and replay ``store``'s dead letters, ready to run (a
+    password in a DSN shown as ``***``, to be put back)."""
+    database = store.command_database
+    if database is None:
+        return f"dead letters are kept in {store.location}: the a2a-push commands cannot read them"
+    option = f"--database {shlex.quote(database)}"
+    hint = (
+        f"`a2a-push deliveries list --state dead {option}` lists dead letters (in "
+        f"{store.location}) and `a2a-push deliveries replay {option} ID` sends one again"
+    )
+    return hint + (" (*** stands for the database password)" if "***" in database else "")
 
 
 def _describe(result: HTTPResult | BaseException) -> str:

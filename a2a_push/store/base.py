@@ -366,6 +366,12 @@ class Store(ConfigStore, Outbox, abc.ABC):
         """Where the data lives, for messages (never a password)."""
         return type(self).__name__
 
+    @property
+    def command_database(self) -> str | None:
+        """This database as the ``a2a-push deliveries`` commands take it (``--database``),
+        a password shown as ``***``; None when they cannot open it (a memory store)."""
+        return None
+
     def set_wakeup(self, callback: Callable[[], None] | None) -> None:
         """Have the store call ``callback`` when work may have become due because of
         another process (a publish, replay or release made elsewhere), so an idle

@@ -32,6 +32,10 @@ class MemoryStore(SQLiteStore):
     def location(self) -> str:
         return "memory (nothing kept after exit)"
 
+    @property
+    def command_database(self) -> str | None:
+        return None  # in this process only
+
     async def open(self) -> None:
         if self._folder is None and not self._closed:
             self._folder = Path(tempfile.mkdtemp(prefix="a2a-push-memory-"))

@@ -254,6 +254,12 @@ class PostgresStore(SQLStore):
     def location(self) -> str:
         return f"PostgreSQL at {self._where}"
 
+    @property
+    def command_database(self) -> str | None:
+        from . import shown_database
+
+        return shown_database(self.dsn)
+
     async def close(self) -> None:
         if self._closed:
             return

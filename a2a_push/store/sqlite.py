@@ -120,6 +120,10 @@ class SQLiteStore(SQLStore):
     def location(self) -> str:
         return self._location
 
+    @property
+    def command_database(self) -> str | None:
+        return str(self.path)  # as it was given: relative to where the notifier runs
+
     async def close(self) -> None:
         if self._closed:
             return

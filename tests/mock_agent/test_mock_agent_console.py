@@ -272,7 +272,20 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
     for line in (retry, dead):
         assert f"task {task_id}" in line and "HTTP 503" in line
     assert "after 3 attempts (HTTP 503); retrying in" in retry
-    assert "`a2a-push deliveries list --state dead` lists dead letters (in the SQLite" in dead
+    assert "`a2a-push deliveries list --state dead --database " in dead
+    assert "lists dead letters (in the SQLite" in dead
+    # The command, run as the log line writes it, finds the dead letter.
+    command = re.search(r"`a2a-push (deliveries list --state dead --database [^`]+)`", dead)
+    assert command is not None, dead
+    listed = subprocess.run(
+        [sys.executable, "-m", "a2a_push", *shlex.split(command.group(1)), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert task_id in listed.stdout
     token = body["params"]["configuration"]["taskPushNotificationConfig"]["token"]
     assert token not in "".join(agent.stderr)  # the config's token is never logged
     assert "Traceback" not in "".join(agent.stderr)
