@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,7 +36,32 @@ ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 def _keys_dir(args: argparse.Namespace) -> Path:
     if not args.dir:
         raise CLIError(f"no key directory given: pass --dir DIR or set {ENV_KEYS_DIR}", 2)
-    return Path(args.dir)
+    directory = Path(args.dir)
+    outbox = _gateway_outbox_in(directory)
+    if outbox is not None:
+        # Keys made or changed here would sign nothing: the gateway's are in its database.
+        raise CLIError(
+            f"{directory} is a gateway's data folder, and a gateway keeps its signing keys "
+            "in its database, not in a key directory: rotate them with "
+            f"`{PROG} keys rotate --database {shlex.quote(str(outbox))}`; the gateway "
+            "publishes them at /.well-known/jwks.json and prunes retired ones itself",
+            2,
+        )
+    return directory
+
+
+def _gateway_outbox_in(directory: Path) -> Path | None:
+    """The SQLite outbox of a gateway whose data folder ``directory`` is (its state file
+    ``<outbox>-gateway.db`` beside it); None for any other folder."""
+    try:
+        states = sorted(directory.glob("*-gateway.db"))
+    except OSError:
+        return None
+    for state in states:
+        outbox = state.with_name(state.name.removesuffix("-gateway.db") + ".db")
+        if outbox.is_file():
+            return outbox
+    return None
 
 
 def _grace(args: argparse.Namespace) -> float:
@@ -46,9 +72,17 @@ def _grace(args: argparse.Namespace) -> float:
 def load_keyset(directory: Path, grace_period: float = DEFAULT_KEY_GRACE_PERIOD_SECONDS) -> KeySet:
     """An existing key set; never creates one (a typo must not mint a new signing key)."""
     if not (directory / METADATA_FILE).is_file():
+        if (directory / "keys" / METADATA_FILE).is_file():
+            # A notifier's data_dir, whose keys are in its keys/ folder.
+            raise CLIError(
+                f"no key set in {directory} (no {METADATA_FILE}), but there is one in "
+                f"{directory / 'keys'}: pass --dir {shlex.quote(str(directory / 'keys'))}"
+            )
         raise CLIError(
-            f"no key set in {directory} (no {METADATA_FILE}); create one with "
-            f"`{PROG} keys generate --dir {directory}`"
+            f"no key set in {directory} (no {METADATA_FILE}); a notifier's keys are in the "
+            f"keys folder of its data_dir: pass that, or create a new set with `{PROG} keys "
+            f"generate --dir {shlex.quote(str(directory))}`. A gateway keeps its keys in its "
+            f"database: use `{PROG} keys rotate --database DB` (the gateway's --database)"
         )
     return KeySet.load_or_create(directory, grace_period=grace_period)
 

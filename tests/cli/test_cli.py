@@ -322,6 +322,39 @@ def test_keys_commands_never_create_a_key_set(cli: CLI, tmp_path: Path, command:
     assert not keys.exists()
 
 
+def test_keys_on_a_gateway_data_folder_point_at_its_database(cli: CLI, tmp_path: Path) -> None:
+    """A gateway keeps its signing keys in its database: keys made in its data folder
+    would sign nothing, so the commands say which command rotates the gateway's keys."""
+    data = tmp_path / "gateway-data"
+    data.mkdir()
+    settings = gateway_settings(str(data / "outbox.db"))
+
+    async def start_once() -> None:
+        async with running_gateway(settings):
+            pass
+
+    asyncio.run(start_once())
+    for command in ("rotate", "generate", "jwks", "prune"):
+        line = one_line_error(cli("keys", command, "--dir", str(data)), 2)
+        assert line == (
+            f"a2a-push: error: {data} is a gateway's data folder, and a gateway keeps its "
+            "signing keys in its database, not in a key directory: rotate them with "
+            f"`a2a-push keys rotate --database {data / 'outbox.db'}`; the gateway publishes "
+            "them at /.well-known/jwks.json and prunes retired ones itself"
+        )
+    assert not (data / "keys.json").exists()
+    # The command it gives works as written.
+    suggested = line.split("`")[1].removeprefix("a2a-push ")
+    result = cli(*shlex.split(suggested))
+    assert result.code == 0 and result.out.startswith("new active kid: "), result
+
+
+def test_keys_on_a_notifier_data_dir_point_at_its_keys_folder(cli: CLI, tmp_path: Path) -> None:
+    assert cli("keys", "generate", "--dir", str(tmp_path / "keys")).code == 0
+    line = one_line_error(cli("keys", "rotate", "--dir", str(tmp_path)), 1)
+    assert line.endswith(f"but there is one in {tmp_path / 'keys'}: pass --dir {tmp_path / 'keys'}")
+
+
 def test_keys_broken_metadata_is_a_failure(cli: CLI, tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     cli("keys", "generate", "--dir", str(keys))
