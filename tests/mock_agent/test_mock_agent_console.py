@@ -277,7 +277,8 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
     # The command, run as the log line writes it, finds the dead letter.
     command = re.search(r"`a2a-push (deliveries list --state dead --database [^`]+)`", dead)
     assert command is not None, dead
-    listed = subprocess.run(
+    listed = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "a2a_push", *shlex.split(command.group(1)), "--json"],
         capture_output=True,
         text=True,
