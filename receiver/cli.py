@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from a2a_push import logs
-from a2a_push.cli.common import print_error, unknown_variable
+from a2a_push.cli.common import PROG, print_error, unknown_variable
 from a2a_push.errors import A2APushError
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "verification is CPU-bound, so up to one per core",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    # How errors are prefixed ("a2a-push: error: ..."): the command the user ran, which
+    # the supervisor passes on to its workers (started as python -m receiver).
+    parser.add_argument("--prog", help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level",
         metavar="LEVEL",
@@ -81,8 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _prog(args: argparse.Namespace) -> str:
+    """The command name errors start with: ``a2a-push`` unless told otherwise."""
+    return getattr(args, "prog", None) or PROG
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the settings (file < environment < flags) and serve until interrupted."""
+    prog = _prog(args)
     overrides: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -95,20 +104,20 @@ def run(args: argparse.Namespace) -> int:
     }
     unknown = unknown_variable(ENV_PREFIX, ReceiverSettings.model_fields, "receiver")
     if unknown is not None:
-        print_error(unknown, "receiver")
+        print_error(unknown, prog)
         return 2
     try:
         settings = load_settings(
             config_file=args.config, overrides=overrides, extra_agents=args.agents
         )
     except SettingsError as exc:
-        print_error(str(exc), "receiver")
+        print_error(str(exc), prog)
         return 2
     if not settings.agents:
-        print(
-            "receiver: error: no agents configured; pass --agent URL, set "
-            f"{ENV_PREFIX}AGENTS, or list them in a --config file",
-            file=sys.stderr,
+        print_error(
+            f"no agents configured; pass --agent URL, set {ENV_PREFIX}AGENTS, or list them "
+            "in a --config file",
+            prog,
         )
         return 2
     logs.configure(settings.log_level)
@@ -117,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             return _supervise(args, settings)
         return _serve(args, settings)
     except A2APushError as exc:  # the store cannot be opened: what to fix, in one line
-        print(f"receiver: error: {exc}", file=sys.stderr)
+        print_error(str(exc), prog)
         return 1
 
 
@@ -128,7 +137,7 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     from .metrics import MULTIPROCESS_ENV, ReceiverMetrics
 
     if args.worker:
-        _die_with_supervisor()
+        _die_with_supervisor(_prog(args))
         # One of several: the supervisor said what there is to say about the API keys,
         # and gave the workers a directory where each keeps its metrics for the others'
         # scrapes (None only for a worker started by hand).
@@ -142,7 +151,7 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
     try:
         sockets = _bind(settings, reuse_port=args.worker)
     except CannotListen as exc:
-        print(f"receiver: error: {exc}", file=sys.stderr)
+        print_error(str(exc), _prog(args))
         return 1
     banner = (
         f"receiver: webhooks at {settings.webhook_url}; client API at {settings.base_url}/ "
@@ -170,7 +179,7 @@ def _serve(args: argparse.Namespace, settings: ReceiverSettings) -> int:
             access_log=logging.getLogger("aiohttp.access") if settings.access_log else None,
         )
     except OSError as exc:  # the data folder cannot be written...
-        print(f"receiver: error: {exc}", file=sys.stderr)
+        print_error(str(exc), _prog(args))
         return 1
     finally:
         for sock in sockets:
@@ -185,7 +194,7 @@ WORKER_INDEX_ENV = "A2A_RECEIVER_WORKER_INDEX"
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_supervisor() -> None:
+def _die_with_supervisor(prog: str) -> None:
     """A worker ends when its supervisor does, even one killed with SIGKILL (which cannot
     forward a signal): on Linux the kernel sends the worker SIGTERM then (a graceful
     stop). A supervisor already gone before this ran: the worker stops now."""
@@ -204,7 +213,7 @@ def _die_with_supervisor() -> None:
             logging.getLogger(__name__).debug("no parent-death signal for this worker")
     if str(os.getppid()) != expected and not _alive(int(expected)):
         # (A parent other than the supervisor, which is alive: a launcher in between.)
-        print("receiver: error: the supervisor of this worker has exited", file=sys.stderr)
+        print_error("the supervisor of this receiver worker has exited", prog)
         raise SystemExit(1)
 
 
@@ -258,7 +267,7 @@ def _supervise(args: argparse.Namespace, settings: ReceiverSettings) -> int:
         for sock in _bind(settings, reuse_port=False):
             sock.close()
     except CannotListen as exc:
-        print(f"receiver: error: {exc}", file=sys.stderr)
+        print_error(str(exc), _prog(args))
         return 1
     asyncio.run(prepare())
     # The workers' metric files: private (mode 0700), and gone when the receiver stops.
@@ -320,9 +329,8 @@ def _run_workers(args: argparse.Namespace, settings: ReceiverSettings, env: dict
                 bury(proc)
             if code is not None and not stopping and failed is None:
                 failed = code or 1
-                print(
-                    f"receiver: a worker exited (code {code}); stopping the others",
-                    file=sys.stderr,
+                print_error(
+                    f"a receiver worker exited (code {code}); stopping the others", _prog(args)
                 )
                 stopping = True
                 forward(signal.SIGTERM, None)
@@ -341,7 +349,7 @@ def _worker_argv(args: argparse.Namespace, settings: ReceiverSettings) -> list[s
     A worker inherits the environment and reads the same config file; the flags given here
     are passed on, and logging as the supervisor resolved it.
     """
-    out = ["--worker", "--log-level", settings.log_level]
+    out = ["--worker", "--prog", _prog(args), "--log-level", settings.log_level]
     out.append("--access-log" if settings.access_log else "--no-access-log")
     for flag, value in (
         ("--config", args.config),
@@ -364,4 +372,5 @@ def main(argv: list[str] | None = None) -> int:
         description="The a2a-push receiver: verifies A2A webhooks, fetches tasks, serves them.",
     )
     add_arguments(parser)
+    parser.set_defaults(prog=parser.prog)  # its errors start as argparse's do
     return run(parser.parse_args(argv))

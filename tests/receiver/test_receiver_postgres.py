@@ -267,7 +267,8 @@ def test_a_database_that_does_not_exist_stops_the_command_with_one_line(
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     where = f"{parts.scheme}://{parts.username}@{parts.hostname}:{parts.port or 5432}/{name}"
-    assert proc.stderr.startswith(f"receiver: error: cannot use PostgreSQL at {where}: ")
+    prog = "a2a-push" if command[0] == "a2a_push" else "python -m receiver"
+    assert proc.stderr.startswith(f"{prog}: error: cannot use PostgreSQL at {where}: ")
     assert f'database "{name}" does not exist' in proc.stderr
     assert "create that database" in proc.stderr
     assert password not in proc.stderr and password not in proc.stdout

@@ -226,10 +226,36 @@ def test_worker_processes_get_the_resolved_logging_options() -> None:
         extra_agents=args.agents,
     )
     argv = _worker_argv(args, settings)
-    assert argv[:4] == ["--worker", "--log-level", "DEBUG", "--access-log"]
+    assert argv[:6] == ["--worker", "--prog", "a2a-push", "--log-level", "DEBUG", "--access-log"]
     assert "--workers" not in argv and argv[-2:] == ["--agent", "http://a.test/"]
     again = parser.parse_args(argv)
     assert (again.worker, again.log_level, again.access_log) == (True, "DEBUG", True)
+    # Workers (python -m receiver) report errors as the command the user ran.
+    assert again.prog == "a2a-push"
+
+
+def test_every_receiver_error_starts_as_the_command_run(tmp_path: Path) -> None:
+    """a2a-push receiver: "a2a-push: error:", its workers' errors too; python -m
+    receiver: its own name, as its usage errors."""
+    (tmp_path / "api-keys.json").write_bytes(b"not json")
+    for command, prog in (
+        (["a2a_push", "receiver"], "a2a-push"),
+        (["receiver"], "python -m receiver"),
+    ):
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-m", *command, "--agent", "http://127.0.0.1:9/"),
+                *("--port", "0", "--data-dir", str(tmp_path), "--workers", "2"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 1
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr
+        assert "api-keys.json" in lines[0]
 
 
 def test_bad_agent_options_are_explained(tmp_path: Path) -> None:
@@ -465,7 +491,7 @@ def test_the_command_refuses_unusable_agent_options_with_exit_2_and_no_traceback
         check=False,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "receiver: error: setting agents[0].algorithms (from " in proc.stderr
+    assert "python -m receiver: error: setting agents[0].algorithms (from " in proc.stderr
     assert "Traceback" not in proc.stderr and "Unclosed" not in proc.stderr
 
 
@@ -551,7 +577,7 @@ def test_the_command_refuses_a_database_url_with_exit_2_and_creates_nothing(
     args = ["receiver", "--agent", "http://127.0.0.1:9/", "--database", database, "--port", "0"]
     assert cli_main(args) == 2
     captured = capsys.readouterr()
-    assert "receiver: error: setting database (from --database): " in captured.err
+    assert "a2a-push: error: setting database (from --database): " in captured.err
     assert DATABASE_ACCEPTED in captured.err and "Traceback" not in captured.err
     assert captured.out == ""
     assert list(tmp_path.iterdir()) == []  # no ./mysql:/x/y, no ./memory:
@@ -605,7 +631,7 @@ def test_the_command_refuses_a_public_url_without_a_scheme_with_exit_2(
     args = ["receiver", "--agent", "http://127.0.0.1:9/", "--public-url", "receiver.example.com"]
     assert cli_main([*args, "--port", "0"]) == 2
     captured = capsys.readouterr()
-    assert "receiver: error: setting public_url (from --public-url): " in captured.err
+    assert "a2a-push: error: setting public_url (from --public-url): " in captured.err
     assert "receiver.example.com/webhooks/a2a" not in captured.out
     assert list(tmp_path.iterdir()) == []
 
@@ -668,7 +694,7 @@ def test_a_busy_port_is_one_clear_line_and_writes_no_keys_file(
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith(f"receiver: error: cannot listen on 127.0.0.1:{port}: ")
+    assert lines[0].startswith(f"python -m receiver: error: cannot listen on 127.0.0.1:{port}: ")
     assert "address already in use" in lines[0]
     assert "--port" in lines[0] and "stop the process" in lines[0]
     assert "receiver: webhooks at" not in out

@@ -218,7 +218,7 @@ def test_a_damaged_api_keys_file_is_one_line(tmp_path: Path, content: bytes, wor
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if "error" in line]
-    assert lines == [lines[0]] and lines[0].startswith("receiver: error: "), stderr
+    assert lines == [lines[0]] and lines[0].startswith("python -m receiver: error: "), stderr
     assert str(tmp_path / "api-keys.json") in lines[0]
     assert "delete it to have a new key generated" in lines[0]
 
