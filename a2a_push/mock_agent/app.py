@@ -216,7 +216,7 @@ def serve(
 ) -> int:
     """Run the mock agent until interrupted; the exit code.
 
-    Logs to stderr at ``log_level`` (webhook retries and dead letters are warnings). The
+    Logs to stderr at ``log_level`` (what each level shows: ``cli.LOG_LEVEL_HELP``). The
     banner is printed once the port is bound; a port that cannot be bound is one line on
     stderr (``prog: error: ...``) and exit code 1 (2 for a port out of range).
     """

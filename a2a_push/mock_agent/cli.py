@@ -20,6 +20,14 @@ from .flows import DEFAULT_STEP_DELAY
 
 ENV_GATEWAY_KEY = "A2A_PUSH_GATEWAY_KEY"
 
+# What --log-level shows: the --help text, which README.md repeats word for word (a test
+# compares them).
+LOG_LEVEL_HELP = (
+    f"what to log to stderr. {DEFAULT_LOG_LEVEL} (the default): every webhook retry and "
+    "dead letter (at most one line of each a minute per push config), and other "
+    "warnings; INFO adds a line per HTTP request; DEBUG adds everything; ERROR: errors only"
+)
+
 DESCRIPTION = (
     "Run the example A2A v1.0 agent with an embedded notifier: roll NdM, book X, report, "
     "fail, reject, login, or any text to echo."
@@ -83,8 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         type=str.upper,
         choices=LOG_LEVELS,
         default=DEFAULT_LOG_LEVEL,
-        help=f"log to stderr from this level (default: {DEFAULT_LOG_LEVEL}: webhook retries "
-        "and dead letters; INFO adds a line per request)",
+        help=LOG_LEVEL_HELP,
     )
 
 

@@ -290,3 +290,18 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
     token = body["params"]["configuration"]["taskPushNotificationConfig"]["token"]
     assert token not in "".join(agent.stderr)  # the config's token is never logged
     assert "Traceback" not in "".join(agent.stderr)
+
+
+def test_readme_describes_the_log_levels_as_help_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from a2a_push.cli import main
+    from a2a_push.mock_agent.cli import LOG_LEVEL_HELP
+
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    assert main(["mock-agent", "--help"]) == 0
+    assert words(LOG_LEVEL_HELP) in words(capsys.readouterr().out)
+    readme = (Path(__file__).parents[2] / "README.md").read_text("utf-8")
+    assert f"`--log-level LEVEL` says {words(LOG_LEVEL_HELP)}." in words(readme)
