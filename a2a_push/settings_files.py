@@ -142,10 +142,8 @@ class Sources:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
         self.origin: dict[str, str] = {}
-        self.config_file: Path | None = None
 
     def add_file(self, path: Path, data: Mapping[str, Any]) -> None:
-        self.config_file = path
         for name, value in data.items():
             self.set(name, value, f"from {path}")
 
@@ -250,6 +248,9 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, BaseModel)
 
 
+_LONGEST_SHOWN: Final = 200
+
+
 def _shown_value(loc: tuple[Any, ...], value: Any) -> str | None:
     """``value`` for a message: None for a secret, a table or a list (which may hold
     one); a URL without its password."""
@@ -257,9 +258,12 @@ def _shown_value(loc: tuple[Any, ...], value: Any) -> str | None:
         return None
     if isinstance(value, str):
         try:
-            return repr(shown_database(value))
+            shown = shown_database(value)
         except ValueError:  # not a URL that parses: shown if it holds no password
-            return None if "@" in value else repr(value)
+            if "@" in value:
+                return None
+            shown = value
+        return repr(shown if len(shown) <= _LONGEST_SHOWN else shown[:_LONGEST_SHOWN] + "…")
     if isinstance(value, bool | int | float) or value is None:
         return repr(value)
     return None
