@@ -371,7 +371,7 @@ class Listener:
         )
         return web.json_response(
             {
-                "error": "not_found",
+                "error": "not_found" if status == 404 else "method_not_allowed",
                 "message": f"a2a-push listen takes webhooks at POST {self.path}",
             },
             status=status,
