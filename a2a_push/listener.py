@@ -296,16 +296,14 @@ class Listener:
         lines = [f"a2a-push listen: listening on {url}; {self.describe()}"]
         lines.extend(f"note: {note}" for note in self.notes)
         if self.fail is not None:
-            times = (
-                "every webhook"
-                if self.fail.times is None
-                else (f"the first {self.fail.times} webhook{'s' if self.fail.times != 1 else ''}")
+            times = {None: "every webhook", 1: "the first webhook"}.get(
+                self.fail.times, f"the first {self.fail.times} webhooks"
             )
             then = "" if self.fail.times is None else ", then 200"
             after = f" with Retry-After: {self.retry_after}" if self.retry_after is not None else ""
             lines.append(f"answering {self.fail.status} to {times}{after}{then}")
         if self.count is not None:
-            lines.append(f"stopping after {self.count} webhook{'s' if self.count != 1 else ''}")
+            lines.append(f"stopping after {self.count} webhook(s) (a final answer each)")
         lines.append(
             f"point a push config at it: {json.dumps(config)} (the sender must allow "
             "webhooks to this address); Ctrl-C to stop"

@@ -40,7 +40,7 @@ from a2a_push.protocol.types import (
 from a2a_push.signing import KeySet, WebhookSigner
 from a2a_push.store import Delivery, DeliveryState, SQLiteStore
 
-from ..gateway_support import free_port
+from ..gateway_support import free_port, gateway_settings, running_gateway
 from ..mock_agent_support import (
     ALICE,
     REPO_ROOT,
@@ -335,6 +335,27 @@ async def test_the_mock_agent_is_verified_through_its_agent_card(tmp_path: Path)
             run.lines
         )
         assert all("✓ verified (jwt kid=" in line for line in run.lines), run.lines
+
+
+async def test_a_gateway_is_verified_through_the_card_of_its_agent(tmp_path: Path) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"))
+    async with (
+        running_gateway(settings) as (gateway_url, _gateway),
+        running_agent(tmp_path, gateway_url) as agent,
+        listening(agent=agent, issuer=gateway_url, count=4) as run,
+        aiohttp.ClientSession() as session,
+    ):
+        # The agent's card names the gateway's JWK Set: the gateway signs its webhooks.
+        assert f"the JWKS at {gateway_url}/.well-known/jwks.json" in run.listener.describe()
+        params = {
+            "message": message("roll 1d6"),
+            "configuration": {"taskPushNotificationConfig": {"url": run.url}},
+        }
+        await result(session, agent, "SendMessage", params, ALICE)
+        await asyncio.wait_for(run.listener.done.wait(), 20)
+
+        assert all("✓ verified (jwt kid=" in line for line in run.lines), run.lines
+        assert run.listener.exit_code() == 0
 
 
 # ---- tokens and Standard Webhooks secrets ----------------------------------------------
