@@ -341,8 +341,8 @@ class Listener:
                 jwks = await self.jwks.get()
             except WebhookRejected:
                 self.notes.append(
-                    f"the JWKS cannot be fetched now ({self.jwks.last_error}); webhooks are "
-                    "answered 503 until it can"
+                    f"the JWKS cannot be fetched yet ({self.jwks.last_error}); it is fetched "
+                    "again when a webhook arrives (answered 503 until it can be)"
                 )
             else:
                 kids = [k.get("kid") for k in jwks.get("keys", ()) if isinstance(k, dict)]
@@ -552,7 +552,7 @@ class Listener:
             assert self.fail is not None
             of = f" of {self.fail.times}" if self.fail.times is not None else ""
             answered += f" (--fail {self._failed_so_far}{of})"
-        return "  ".join([*fields, verdict, answered])
+        return "  ".join([*fields, answered, verdict])  # the verdict last: it stands out
 
     def _print(self, line: str) -> None:
         print(line, file=self._out or sys.stdout, flush=True)
