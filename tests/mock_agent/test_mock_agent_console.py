@@ -23,7 +23,7 @@ from ..gateway_support import free_port
 from ..mock_agent_support import REPO_ROOT, mock_agent_process
 
 README = REPO_ROOT / "README.md"
-MOCK_AGENT_SECTION = "Trying it against a mock agent"
+MOCK_AGENT_SECTION = "Quickstart: run the receiver (receiver operators)"
 
 # The two ways to start it, and the name each puts before "error:".
 COMMANDS = {
@@ -107,8 +107,9 @@ def readme_curl() -> tuple[str, dict[str, str], dict[str, Any]]:
     text = README.read_text(encoding="utf-8")
     section = text.split(f"## {MOCK_AGENT_SECTION}\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    (block,) = [b for b in blocks if "curl" in b and "SendMessage" in b]
-    words = shlex.split(block.replace("\\\n", " "))
+    (block,) = [b for b in blocks if "SendMessage" in b and "taskPushNotificationConfig" in b]
+    command = "\n".join(line for line in block.splitlines() if not line.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
     assert words[0] == "curl"
     url = next(w for w in words if w.startswith("http://"))
     headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
