@@ -1,0 +1,99 @@
+"""Every code block of README.md and docs/*.md that the docs present as runnable runs.
+
+One test per tested block (id ``file:line``): python and shell blocks run (doc_runner),
+settings blocks load, checked sample output matches; the markers that say otherwise are
+in doc_blocks. A snippet that stops working fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from .doc_blocks import ROOT, Block, all_blocks, parse
+from .doc_runner import Harness
+from .doc_setups import PLACEHOLDERS, SETUPS
+
+BLOCKS, PROBLEMS = all_blocks()
+TESTED = [b for b in BLOCKS if b.tested]
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    h = Harness(BLOCKS)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("block", TESTED, ids=[b.id for b in TESTED])
+def test_doc_block(block: Block, harness: Harness) -> None:
+    harness.run(block)
+    if not block.marker("settings") and not keeps_session(block):
+        harness.end_session()  # the session's end checks fail this block, not the next
+
+
+def keeps_session(block: Block) -> bool:
+    """The next block of the file that uses a session goes on with this one."""
+    for later in BLOCKS[BLOCKS.index(block) + 1 :]:
+        if later.file != block.file:
+            return False
+        output = later.marker("output")
+        if output is not None and output.arg:
+            return True
+        if later.runnable:
+            return later.marker("continues") is not None
+    return False
+
+
+def test_the_markers_are_valid() -> None:
+    assert not PROBLEMS, "\n".join(PROBLEMS)
+
+
+def test_a_skip_without_a_reason_is_refused() -> None:
+    _, problems = parse("<!-- doc-test: skip -->\n```sh\ntrue\n```\n", "x.md")
+    assert problems and "needs a reason" in problems[0]
+    blocks, problems = parse("<!-- doc-test: skip: needs a public host -->\n```sh\ntrue\n```\n", "x.md")
+    assert not problems and not blocks[0].runnable
+
+
+def test_every_placeholder_entry_fills_something() -> None:
+    stale = [
+        f"{p.file}: {p.text!r}" + (f" (in a block with {p.in_block!r})" if p.in_block else "")
+        for p in PLACEHOLDERS
+        if not any(p.applies(b) for b in TESTED)
+    ]
+    assert not stale, f"placeholder entries that match no tested block: {stale}"
+
+
+def test_every_setup_is_used() -> None:
+    used = {m.arg.split()[0] for b in BLOCKS for m in b.markers if m.kind == "setup"}
+    assert not set(SETUPS) - used, f"setups no block uses: {sorted(set(SETUPS) - used)}"
+
+
+def test_every_runnable_language_block_is_run_or_says_why_not() -> None:
+    """A python or shell block is run, unless a marker says why not."""
+    for b in BLOCKS:
+        if b.is_python or b.is_shell:
+            assert b.runnable or b.marker("skip") or b.marker("output"), b.id
+
+
+def test_the_rest_section_has_the_examples_that_run() -> None:
+    """docs/gateway.md, "Push configs over REST": a curl for each method, each followed
+    by the JSON it must print (checked by test_doc_block)."""
+    text = (ROOT / "docs/gateway.md").read_text()
+    start = text.index("\n### Push configs over REST\n")
+    end = text.index("\n## ", start)
+    first_line = text[:start].count("\n") + 2
+    last_line = text[:end].count("\n") + 1
+    section = [b for b in BLOCKS if b.file == "docs/gateway.md" and first_line <= b.line <= last_line]
+    pairs = [(a, b) for a, b in zip(section, section[1:], strict=False) if a.is_shell]
+    methods = [re.search(r"-X (\w+)", a.text).group(1) if "-X " in a.text else "GET" for a, _ in pairs]
+    assert methods == ["POST", "GET", "GET", "DELETE"], methods
+    for command, answer in pairs:
+        assert command.runnable and command.marker("continues"), command.id
+        output = answer.marker("output")
+        assert answer.lang == "json" and output is not None and output.arg == "json", answer.id
