@@ -101,8 +101,8 @@ class FileContext:
     def map_ports(self, text: str) -> str:
         def sub(m: re.Match[str]) -> str:
             port = int(m.group("port"))
-            if port in NOT_MAPPED or port < 1024:
-                return m.group(0)
+            if port in NOT_MAPPED or port < 1024 or port in self.ports.values():
+                return m.group(0)  # not a doc's port, or one mapped already
             return m.group("pre") + str(self.port(port))
 
         return _FLAG_PORT.sub(sub, _LOCAL_PORT.sub(sub, text))
@@ -283,6 +283,7 @@ class Session:
         self.outputs: dict[str, str] = {}  # block id -> what its last command printed
         self.last_output = ""  # the previous command's output (placeholders read it)
         self.replacements: list[tuple[str, str]] = []  # set by setups, for the next block
+        self.filled: dict[object, str] = {}  # placeholder -> its value in this session
         self.after: list[Callable[[], None]] = []  # checks setups run when the session ends
         self.transcript: list[str] = []
 
@@ -302,13 +303,21 @@ class Session:
 
     # -- used by setups and the runner --
 
-    def sh(self, command: str, *, what: str = "", timeout: float = BLOCK_TIMEOUT) -> str:
-        """Run one shell command in the session; it must exit 0. Returns its output."""
+    def sh(
+        self, command: str, *, what: str = "", timeout: float = BLOCK_TIMEOUT, retry_for: float = 0
+    ) -> str:
+        """Run one shell command in the session; it must exit 0 (within ``retry_for``
+        seconds of trying again). Returns its output."""
         command = self.context.map_databases(self.context.map_ports(command))
         if _SERVING.match(command) or what == "background":
             self.start_background(command)
             return ""
-        rc, out = self.shell.run(command, timeout)
+        deadline = time.monotonic() + retry_for
+        while True:
+            rc, out = self.shell.run(command, timeout)
+            if rc == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         self.transcript.append(f"$ {command}\n{out}")
         if rc != 0:
             raise BlockFailed(f"exit code {rc}: {command}\n{tail(out)}")
@@ -537,26 +546,29 @@ class Harness:
         self.run_in_session(block, self.session)
 
     def run_in_session(self, block: Block, session: Session) -> None:
-        from .doc_setups import apply_placeholders, run_setup
+        from .doc_setups import apply_placeholders, eventually, run_setup
 
         try:
             setup = block.marker("setup")
             if setup is not None:
                 run_setup(setup.arg, session, block)
-            text = block.text
-            for old, new in session.replacements:
+            text = session.context.map_databases(session.context.map_ports(block.text))
+            for old, new in session.replacements:  # after the mapping: they name real ports
                 text = text.replace(old, new)
             session.replacements = []
             if block.is_python:
                 code = apply_placeholders(block, text, session)
-                code = session.context.map_databases(session.context.map_ports(code))
                 session.py(code, filename=block.file, line=block.line + 1)
-                session.outputs[block.id] = session.last_output
             else:
-                for command in commands(text):
+                # (as written, to match the registries; mapped, to run)
+                for written, command in zip(commands(block.text), commands(text), strict=True):
                     filled = apply_placeholders(block, command.text, session)
-                    session.sh(filled, what="background" if command.background else "")
-                session.outputs[block.id] = session.last_output
+                    session.sh(
+                        filled,
+                        what="background" if command.background else "",
+                        retry_for=eventually(block, written.text),
+                    )
+            session.outputs[block.id] = session.last_output
             session.ran.append(block.id)
         except BlockFailed as exc:
             self.failed.add(block.id)

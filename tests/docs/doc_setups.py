@@ -111,17 +111,19 @@ def mock_agent(session: Session, port: str = "9000") -> None:
 
 
 def signed_webhook(
-    session: Session, issuer: str, audience: str, jwks: str = "", secret: str = "whsec_"
+    session: Session, issuer: str, audience: str, jwks: str = "", check: str = ""
 ) -> None:
     """A webhook as an agent at ``issuer`` signs it for ``audience``: ``request`` (its
     ``.headers``), ``raw_body``, ``agent_jwks`` and ``secret`` (a ``whsec_`` secret it is
     signed with too). With ``jwks``, that URL in the block stands for a local server of
-    the agent's JWK Set."""
+    the agent's JWK Set; with ``check``, the block must have defined that name (its
+    ``except`` did not swallow a rejection)."""
     jwks_port = session.context.port(19999)
     session.py(
         f"""
 import base64, os, time, types
 from aiohttp import web
+from multidict import CIMultiDict
 from a2a_push.signing import KeySet, WebhookSigner, standard_webhooks
 
 _keys = KeySet.generate()
@@ -129,7 +131,7 @@ agent_jwks = _keys.jwks()
 secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 raw_body = b'{{"statusUpdate": {{"taskId": "t-1", "contextId": "c-1", "status": {{"state": "TASK_STATE_WORKING"}}}}}}'
 _now = int(time.time())
-request = types.SimpleNamespace(headers={{
+request = types.SimpleNamespace(headers=CIMultiDict({{
     "X-A2A-Signature": WebhookSigner(_keys, {issuer!r}).sign(
         body=raw_body, audience={audience!r}, webhook_id="msg_1", task_id="t-1",
         config_id="cfg-1", seq=1, now=_now),
@@ -137,7 +139,7 @@ request = types.SimpleNamespace(headers={{
     "webhook-timestamp": str(_now),
     "webhook-signature": standard_webhooks.sign(secret, "msg_1", _now, raw_body),
     "Content-Type": "application/a2a+json",
-}})
+}}))
 if {bool(jwks)!r}:
     async def _jwks(_request):
         return web.json_response(agent_jwks)
@@ -146,6 +148,10 @@ if {bool(jwks)!r}:
     web.run_app(_jwks_app, port={jwks_port})
 """
     )
+    if check:
+        session.after.append(
+            lambda: session.py(f"assert {check!r} in globals(), 'the block did not set {check}'")
+        )
     if jwks:
         session.replacements.append((jwks, f"http://127.0.0.1:{jwks_port}/.well-known/jwks.json"))
 
@@ -185,7 +191,7 @@ from a2a_push.store import SQLiteStore, StoreOptions, StoredConfig, generate_key
 
 new_key, old_key = generate_key(), generate_key()
 async with SQLiteStore("push.db", StoreOptions(encryption_keys=[old_key])) as _store:
-    await _store.create_config(StoredConfig(
+    await _store.put_config(StoredConfig(
         key="k1", id="cfg-1", task_id="t-1", owner="o", url="https://example.com/hook",
         token="a-token"))
 """
@@ -251,13 +257,15 @@ def from_json_output(*path: str) -> Callable[[Session], str]:
     """A value of the JSON the previous command printed (``path``: keys)."""
 
     def fill(session: Session) -> str:
-        try:
-            value = json.loads(session.last_output)
-            for key in path:
-                value = value[key]
-        except (ValueError, KeyError, TypeError):
-            raise BlockFailed(f"no {'.'.join(path)} in the previous command's output:\n{session.last_output}") from None
-        return str(value)
+        for line in reversed(session.last_output.splitlines()):  # curl's meter comes first
+            try:
+                value = json.loads(line)
+                for key in path:
+                    value = value[key]
+            except (ValueError, KeyError, TypeError):
+                continue
+            return str(value)
+        raise BlockFailed(f"no {'.'.join(path)} in the previous command's output:\n{session.last_output}")
 
     return fill
 
@@ -294,6 +302,7 @@ PLACEHOLDERS = [
     Placeholder("README.md", "TASK_ID", from_json_output("result", "task", "id"), in_block="8090/subscriptions"),
     Placeholder("README.md", "TASK_ID", literal("task-1"), in_block="/v1/tasks/TASK_ID/events"),
     Placeholder("docs/configuration.md", "<fernet key>", fernet_key),
+    Placeholder("docs/gateway.md", "<a2a-push store generate-key>", fernet_key),
     # "a2a-push deliveries show msg_…": an id the list before printed.
     Placeholder("docs/operations.md", "msg_01m8nq42577rq6md0458nysd21", from_output(r"\bmsg_[0-9a-z]{20,}")),
     Placeholder("docs/operations.md", "msg_01m8…", from_output(r"\bmsg_[0-9a-z]{20,}")),
@@ -308,10 +317,30 @@ PLACEHOLDERS = [
 ]
 
 
-def apply_placeholders(block: Block, text: str, session: Session) -> str:
+# Commands the text says may need a moment: tried again (for up to the seconds given)
+# until they exit 0. (file, text of the command, seconds)
+EVENTUALLY = [
+    # "GET /tasks/… answers 404 not_fetched until the first GetTask lands (a moment)"
+    ("docs/receiver.md", "localhost:8090/tasks/$TASK_ID", 10.0),
+    ("README.md", "localhost:8090/tasks/TASK_ID", 10.0),
+]
+
+
+def eventually(block: Block, command: str) -> float:
+    return max((s for f, t, s in EVENTUALLY if f == block.file and t in command), default=0.0)
+
+
+def apply_placeholders(block: Block, text: str, session: Session | None) -> str:
+    """``text`` (of ``block``) with its placeholders filled; a value is filled once per
+    session (the TASK_ID of one answer in every command after it)."""
     for entry in PLACEHOLDERS:
         if entry.applies(block) and entry.text in text:
-            value = entry.fill(session)
+            if session is None:
+                value = entry.fill(session)  # type: ignore[arg-type]
+            else:
+                if entry not in session.filled:
+                    session.filled[entry] = entry.fill(session)
+                value = session.filled[entry]
             if entry.text == "--config KEY":
                 value = "--config " + value
             text = _replace(text, entry.text, value)
@@ -334,7 +363,7 @@ def check_settings(block: Block, context: FileContext) -> None:
     assert marker is not None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / ("settings." + block.lang)
-        path.write_text(block.text)
+        path.write_text(apply_placeholders(block, block.text, None))
         if marker.arg == "gateway":
             from a2a_push.gateway.settings import load_gateway_settings
 

@@ -14,7 +14,7 @@ import pytest
 
 from .doc_blocks import ROOT, Block, all_blocks, parse
 from .doc_runner import Harness
-from .doc_setups import PLACEHOLDERS, SETUPS
+from .doc_setups import EVENTUALLY, PLACEHOLDERS, SETUPS
 
 BLOCKS, PROBLEMS = all_blocks()
 TESTED = [b for b in BLOCKS if b.tested]
@@ -67,6 +67,12 @@ def test_every_placeholder_entry_fills_something() -> None:
         if not any(p.applies(b) for b in TESTED)
     ]
     assert not stale, f"placeholder entries that match no tested block: {stale}"
+    stale = [
+        (file, text)
+        for file, text, _ in EVENTUALLY
+        if not any(b.file == file and b.runnable and text in b.text for b in BLOCKS)
+    ]
+    assert not stale, f"EVENTUALLY entries that match no run block: {stale}"
 
 
 def test_every_setup_is_used() -> None:
