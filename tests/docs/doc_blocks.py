@@ -84,7 +84,7 @@ class Block:
 
 
 def parse_marker(body: str, line: int) -> Marker:
-    kind, sep, arg = body.partition(":")
+    kind, _sep, arg = body.partition(":")
     kind, arg = kind.strip(), arg.strip()
     if kind not in MARKER_KINDS:
         raise MarkerError(f"unknown doc-test marker {kind!r} (known: {sorted(MARKER_KINDS)})")

@@ -8,7 +8,9 @@ the apps the blocks start with ``web.run_app``: that call starts the app there (
 and returns, so the next blocks can talk to it; the apps are cleaned up (their
 ``cleanup_ctx`` run) when the session ends.
 
-Requests are JSON lines on stdin, answers JSON lines on the original stdout; what the
+It is started before a session needs it (its imports take a while): each request names
+the session's working directory and the port web.run_app uses by default. Requests are
+JSON lines on stdin, answers JSON lines on the original stdout; what the
 blocks print goes to the log file named by argv[1].
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-PORTS: dict[str, int] = {k: int(v) for k, v in json.loads(os.environ["DOCTEST_PORTS"]).items()}
+DEFAULT_PORT = [8080]  # web.run_app's, mapped: set by each request
 
 
 def main() -> None:
@@ -48,7 +50,7 @@ def main() -> None:
         runners.append(runner)
         if host in (None, "", "0.0.0.0", "::"):
             host = "127.0.0.1"  # the tests listen on loopback only
-        port = PORTS["8080"] if port is None else port
+        port = DEFAULT_PORT[0] if port is None else port
         await web.TCPSite(runner, host, port).start()
         listening.append(port)
         print(f"======== Running on http://{host}:{port} ========", flush=True)
@@ -64,6 +66,8 @@ def main() -> None:
         if request["op"] == "close":
             break
         listening.clear()
+        os.chdir(request["cwd"])
+        DEFAULT_PORT[0] = request["default_port"]
         answer: dict[str, Any] = {"ok": True}
         try:
             source = "\n" * (request["line"] - 1) + request["code"]
@@ -71,11 +75,11 @@ def main() -> None:
                 source, request["filename"], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
             )
             if code.co_flags & inspect.CO_COROUTINE:
-                coro = eval(code, namespace)  # noqa: S307 - the docs' own code
+                coro = eval(code, namespace)
                 asyncio.run_coroutine_threadsafe(coro, loop).result()
             else:
-                exec(code, namespace)  # noqa: S102 - the docs' own code
-        except BaseException:  # noqa: BLE001 - reported to the harness
+                exec(code, namespace)
+        except BaseException:
             answer = {"ok": False, "error": traceback.format_exc()}
         sys.stdout.flush()
         sys.stderr.flush()
@@ -88,7 +92,7 @@ def main() -> None:
 
     try:
         asyncio.run_coroutine_threadsafe(cleanup(), loop).result(30)
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         traceback.print_exc()
     answers.write(json.dumps({"ok": True, "closed": True}) + "\n")
 

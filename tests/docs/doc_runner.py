@@ -23,6 +23,7 @@ the file's own (created here, dropped at the end), and the placeholders of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -56,7 +57,9 @@ _SERVING = re.compile(
     r")"
 )
 _KEEPS_RUNNING = re.compile(r"^#\s*terminal\s+\d+\s*\(keeps running\)", re.IGNORECASE)
-_LOCAL_PORT = re.compile(r"(?P<pre>(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):)(?P<port>\d{2,5})\b")
+_LOCAL_PORT = re.compile(
+    r"(?P<pre>(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):)(?P<port>\d{2,5})\b"
+)
 _FLAG_PORT = re.compile(r"(?P<pre>--port[ =]|\bport\s*=\s*)(?P<port>\d{2,5})\b")
 _DSN = re.compile(r"postgres(?:ql)?://[^\s'\"]+")
 NOT_MAPPED = {5432}  # PostgreSQL's: the DSN is mapped as a whole
@@ -182,7 +185,7 @@ class Shell:
             start_new_session=True,
         )
         self.sentinel = f"__doctest_{uuid.uuid4().hex}__"
-        self.run("set -m; curl() { command curl --fail-with-body \"$@\"; }", timeout=10)
+        self.run('set -m; curl() { command curl --fail-with-body "$@"; }', timeout=10)
 
     def run(self, command: str, timeout: float = BLOCK_TIMEOUT) -> tuple[int, str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -197,12 +200,15 @@ class Shell:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise BlockFailed(f"timed out after {timeout:.0f} s; output so far:\n{tail(out.decode(errors='replace'))}")
+                so_far = tail(out.decode(errors="replace"))
+                raise BlockFailed(f"timed out after {timeout:.0f} s; output so far:\n{so_far}")
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise BlockFailed(f"the shell ended; output:\n{tail(out.decode(errors='replace'))}")
+                    raise BlockFailed(
+                        f"the shell ended; output:\n{tail(out.decode(errors='replace'))}"
+                    )
                 out += chunk
         text, _, rc = out.decode(errors="replace").rpartition(f"\n{self.sentinel} ")
         return int(rc.strip()), text
@@ -214,13 +220,43 @@ class Shell:
 
 
 class PythonWorker:
-    def __init__(self, cwd: Path, env: dict[str, str], ports: dict[int, int]) -> None:
-        self.log = cwd / ".doctest-python.log"
-        self.log.touch()
-        env = dict(env, DOCTEST_PORTS=json.dumps({str(k): v for k, v in ports.items()}))
+    """A doc_pyworker process. Started ahead of need (``take``: one is kept spare, so
+    its imports overlap other work); the session's directory and web.run_app's default
+    port come with each block."""
+
+    _spare: PythonWorker | None = None
+
+    @classmethod
+    def take(cls, env: dict[str, str]) -> PythonWorker:
+        worker = cls._spare if cls._spare is not None and cls._spare.env == env else None
+        if worker is None or worker.proc.poll() is not None:
+            if worker is not None:
+                worker.kill()
+            worker = cls(env)
+        elif cls._spare is not None:
+            cls._spare = None
+        cls._spare = cls(env)
+        return worker
+
+    @classmethod
+    def drop_spare(cls) -> None:
+        if cls._spare is not None:
+            cls._spare.kill()
+            cls._spare = None
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        fd, log = tempfile.mkstemp(prefix="doctest-python-", suffix=".log")
+        os.close(fd)
+        self.log = Path(log)
         self.proc = subprocess.Popen(
-            [str(VENV_BIN / "python"), "-u", str(Path(__file__).with_name("doc_pyworker.py")), str(self.log)],
-            cwd=cwd,
+            [
+                str(VENV_BIN / "python"),
+                "-u",
+                str(Path(__file__).with_name("doc_pyworker.py")),
+                str(self.log),
+            ],
+            cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -241,25 +277,27 @@ class PythonWorker:
             raise BlockFailed("the Python process ended")
         return dict(json.loads(line))
 
-    def run(self, code: str, filename: str, line: int, timeout: float = BLOCK_TIMEOUT) -> tuple[dict[str, Any], str]:
+    def run(
+        self, code: str, where: dict[str, Any], timeout: float = BLOCK_TIMEOUT
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``code``; ``where``: filename, line, cwd and default_port."""
         start = self.log.stat().st_size
-        answer = self.request({"op": "exec", "code": code, "filename": filename, "line": line}, timeout)
+        answer = self.request({"op": "exec", "code": code, **where}, timeout)
         with self.log.open(errors="replace") as f:
             f.seek(start)
             return answer, f.read()
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(BlockFailed, OSError, ValueError):
                 self.request({"op": "close"}, 40)
-            except (BlockFailed, OSError, ValueError):
-                pass
         self.kill()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self.log.unlink(missing_ok=True)
 
 
 # ---- sessions -----------------------------------------------------------------------
@@ -274,7 +312,9 @@ class Session:
         self.env = dict(os.environ)
         self.env["PATH"] = f"{VENV_BIN}{os.pathsep}{self.env.get('PATH', '')}"
         self.env["PYTHONPATH"] = str(ROOT)  # setups import tests/ and examples/
-        for name in [n for n in self.env if n.startswith(("A2A_GATEWAY_", "A2A_RECEIVER_", "A2A_PUSH_"))]:
+        for name in [
+            n for n in self.env if n.startswith(("A2A_GATEWAY_", "A2A_RECEIVER_", "A2A_PUSH_"))
+        ]:
             del self.env[name]
         self._shell: Shell | None = None
         self._python: PythonWorker | None = None
@@ -296,9 +336,7 @@ class Session:
     @property
     def python(self) -> PythonWorker:
         if self._python is None:
-            for doc_port in (8080,):  # web.run_app's default port
-                self.context.port(doc_port)
-            self._python = PythonWorker(self.dir, self.env, self.context.ports)
+            self._python = PythonWorker.take(self.env)
         return self._python
 
     # -- used by setups and the runner --
@@ -325,7 +363,13 @@ class Session:
         return out
 
     def py(self, code: str, *, filename: str = "<setup>", line: int = 1) -> str:
-        answer, out = self.python.run(code, filename, line)
+        where = {
+            "filename": filename,
+            "line": line,
+            "cwd": str(self.dir),
+            "default_port": self.context.port(8080),  # web.run_app's
+        }
+        answer, out = self.python.run(code, where)
         self.transcript.append(f">>> {filename}:{line}\n{out}")
         if not answer["ok"]:
             raise BlockFailed(f"{answer['error']}\noutput:\n{tail(out)}")
@@ -334,7 +378,9 @@ class Session:
         self.last_output = out
         return out
 
-    def start_background(self, command: str, *, port: int | None = None, what: str = "") -> Background:
+    def start_background(
+        self, command: str, *, port: int | None = None, what: str = ""
+    ) -> Background:
         """Start ``command`` in the background and wait until it serves (its ``port``:
         given, its ``--port``, or its default; without one, until it prints)."""
         m = _SERVING.match(command)
@@ -376,35 +422,31 @@ class Session:
                 problems.append(str(exc))
         if self._python is not None:
             self._python.close()
-        for job in self.background:
-            stop_group(job.pid)
+        stop_groups([job.pid for job in self.background])
         if self._shell is not None:
             self._shell.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
         return problems
 
     def logs(self) -> str:
-        parts = [f"--- {job.command} (pid {job.pid}):\n{tail(job.output(), 2500)}" for job in self.background]
+        parts = [
+            f"--- {job.command} (pid {job.pid}):\n{tail(job.output(), 2500)}"
+            for job in self.background
+        ]
         return "\n".join(parts)
 
 
-def stop_group(pid: int) -> None:
-    """TERM the background job's process group, then KILL what is left after 5 s."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
+def stop_groups(pids: list[int], grace: float = 3.0) -> None:
+    """TERM the background jobs' process groups, then KILL what is left after ``grace``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.05)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def wait_for_port(port: int | None, job: Background | None, what: str) -> None:
@@ -507,6 +549,7 @@ class Harness:
         try:
             self.end_session()
         finally:
+            PythonWorker.drop_spare()
             for context in self.contexts.values():
                 context.close()
             self.contexts.clear()
@@ -536,8 +579,10 @@ class Harness:
         for earlier in chain[:-1]:
             if earlier.id in self.failed:
                 raise BlockFailed(f"{block.id} continues {earlier.id}, which failed")
-        if self.session is None or not self.session.ran or self.session.ran[-1] != (
-            chain[-2].id if len(chain) > 1 else None
+        if (
+            self.session is None
+            or not self.session.ran
+            or self.session.ran[-1] != (chain[-2].id if len(chain) > 1 else None)
         ):
             self.end_session()
             self.session = Session(context)
@@ -592,7 +637,9 @@ class Harness:
         try:
             printed = json.loads(got)
         except ValueError:
-            raise BlockFailed(f"{prev.id} printed no JSON, but {block.id} shows some:\n{got}") from None
+            raise BlockFailed(
+                f"{prev.id} printed no JSON, but {block.id} shows some:\n{got}"
+            ) from None
         assert printed == json.loads(expected), (
             f"{prev.id} printed\n{got}\nbut {block.id} shows\n{expected}"
         )

@@ -61,7 +61,9 @@ def sink(session: Session, port: str = "8000", expect: str = "0") -> None:
             if job.output().count("POST ") >= wanted:
                 return
             time.sleep(0.05)
-        raise AssertionError(f"the sink on {port} got {job.output().count('POST ')} webhooks, not {wanted}")
+        raise AssertionError(
+            f"the sink on {port} got {job.output().count('POST ')} webhooks, not {wanted}"
+        )
 
     if wanted:
         session.after.append(received)
@@ -121,7 +123,7 @@ def signed_webhook(
     jwks_port = session.context.port(19999)
     session.py(
         f"""
-import base64, os, time, types
+import base64, json, os, time, types
 from aiohttp import web
 from multidict import CIMultiDict
 from a2a_push.signing import KeySet, WebhookSigner, standard_webhooks
@@ -129,7 +131,8 @@ from a2a_push.signing import KeySet, WebhookSigner, standard_webhooks
 _keys = KeySet.generate()
 agent_jwks = _keys.jwks()
 secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-raw_body = b'{{"statusUpdate": {{"taskId": "t-1", "contextId": "c-1", "status": {{"state": "TASK_STATE_WORKING"}}}}}}'
+raw_body = json.dumps({{"statusUpdate": {{
+    "taskId": "t-1", "contextId": "c-1", "status": {{"state": "TASK_STATE_WORKING"}}}}}}).encode()
 _now = int(time.time())
 request = types.SimpleNamespace(headers=CIMultiDict({{
     "X-A2A-Signature": WebhookSigner(_keys, {issuer!r}).sign(
@@ -162,7 +165,8 @@ def dead_letter(session: Session) -> None:
         """
 import asyncio
 from a2a_push import AddressPolicy, PushNotifier
-from a2a_push.protocol import TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a_push.protocol import (
+    TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent)
 from a2a_push.testing import WebhookSink
 
 async with WebhookSink() as _sink:
@@ -247,7 +251,9 @@ def from_output(pattern: str) -> Callable[[Session], str]:
     def fill(session: Session) -> str:
         m = re.search(pattern, session.last_output)
         if m is None:
-            raise BlockFailed(f"no {pattern!r} in the previous command's output:\n{session.last_output}")
+            raise BlockFailed(
+                f"no {pattern!r} in the previous command's output:\n{session.last_output}"
+            )
         return m.group(1) if m.groups() else m.group(0)
 
     return fill
@@ -265,7 +271,9 @@ def from_json_output(*path: str) -> Callable[[Session], str]:
             except (ValueError, KeyError, TypeError):
                 continue
             return str(value)
-        raise BlockFailed(f"no {'.'.join(path)} in the previous command's output:\n{session.last_output}")
+        raise BlockFailed(
+            f"no {'.'.join(path)} in the previous command's output:\n{session.last_output}"
+        )
 
     return fill
 
@@ -291,20 +299,29 @@ def fernet_key(_session: Session) -> str:
     return generate_key()
 
 
+READ_KEY = 'import json; print(json.load(open("receiver-data/api-keys.json"))["default"])'
+
 PLACEHOLDERS = [
     # "KEY=...   # from receiver-data/api-keys.json": the receiver wrote it at start.
     Placeholder(
         "README.md",
         "KEY=...",
-        literal("KEY=$(python -c 'import json;print(json.load(open(\"receiver-data/api-keys.json\"))[\"default\"])')"),
+        literal(f"KEY=$(python -c '{READ_KEY}')"),
     ),
     # "TASK_ID is result.task.id in the answer" (of SendMessage, the command before).
-    Placeholder("README.md", "TASK_ID", from_json_output("result", "task", "id"), in_block="8090/subscriptions"),
+    Placeholder(
+        "README.md",
+        "TASK_ID",
+        from_json_output("result", "task", "id"),
+        in_block="8090/subscriptions",
+    ),
     Placeholder("README.md", "TASK_ID", literal("task-1"), in_block="/v1/tasks/TASK_ID/events"),
     Placeholder("docs/configuration.md", "<fernet key>", fernet_key),
     Placeholder("docs/gateway.md", "<a2a-push store generate-key>", fernet_key),
     # "a2a-push deliveries show msg_…": an id the list before printed.
-    Placeholder("docs/operations.md", "msg_01m8nq42577rq6md0458nysd21", from_output(r"\bmsg_[0-9a-z]{20,}")),
+    Placeholder(
+        "docs/operations.md", "msg_01m8nq42577rq6md0458nysd21", from_output(r"\bmsg_[0-9a-z]{20,}")
+    ),
     Placeholder("docs/operations.md", "msg_01m8…", from_output(r"\bmsg_[0-9a-z]{20,}")),
     # "the key is the config_key that a2a-push deliveries list --json shows"
     Placeholder(

@@ -7,6 +7,7 @@ in doc_blocks. A snippet that stops working fails here.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 
@@ -56,7 +57,9 @@ def test_the_markers_are_valid() -> None:
 def test_a_skip_without_a_reason_is_refused() -> None:
     _, problems = parse("<!-- doc-test: skip -->\n```sh\ntrue\n```\n", "x.md")
     assert problems and "needs a reason" in problems[0]
-    blocks, problems = parse("<!-- doc-test: skip: needs a public host -->\n```sh\ntrue\n```\n", "x.md")
+    blocks, problems = parse(
+        "<!-- doc-test: skip: needs a public host -->\n```sh\ntrue\n```\n", "x.md"
+    )
     assert not problems and not blocks[0].runnable
 
 
@@ -95,9 +98,13 @@ def test_the_rest_section_has_the_examples_that_run() -> None:
     end = text.index("\n## ", start)
     first_line = text[:start].count("\n") + 2
     last_line = text[:end].count("\n") + 1
-    section = [b for b in BLOCKS if b.file == "docs/gateway.md" and first_line <= b.line <= last_line]
-    pairs = [(a, b) for a, b in zip(section, section[1:], strict=False) if a.is_shell]
-    methods = [re.search(r"-X (\w+)", a.text).group(1) if "-X " in a.text else "GET" for a, _ in pairs]
+    section = [
+        b for b in BLOCKS if b.file == "docs/gateway.md" and first_line <= b.line <= last_line
+    ]
+    pairs = [(a, b) for a, b in itertools.pairwise(section) if a.is_shell]
+    methods = [
+        re.search(r"-X (\w+)", a.text).group(1) if "-X " in a.text else "GET" for a, _ in pairs
+    ]
     assert methods == ["POST", "GET", "GET", "DELETE"], methods
     for command, answer in pairs:
         assert command.runnable and command.marker("continues"), command.id
