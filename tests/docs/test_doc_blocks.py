@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from .doc_blocks import ROOT, Block, all_blocks, parse
-from .doc_runner import Harness
-from .doc_setups import EVENTUALLY, PLACEHOLDERS, SETUPS
+from .doc_runner import _SERVING, FileContext, Harness, commands
+from .doc_setups import EVENTUALLY, PLACEHOLDERS, SETUPS, _replace
 
 BLOCKS, PROBLEMS = all_blocks()
 TESTED = [b for b in BLOCKS if b.tested]
@@ -110,3 +110,62 @@ def test_the_rest_section_has_the_examples_that_run() -> None:
         assert command.runnable and command.marker("continues"), command.id
         output = answer.marker("output")
         assert answer.lang == "json" and output is not None and output.arg == "json", answer.id
+
+
+# ---- the harness itself -------------------------------------------------------------
+
+
+def test_shell_blocks_split_into_commands() -> None:
+    text = (
+        "# terminal 1 (keeps running): start the gateway\n"
+        "a2a-push gateway --port 8080 \\\n    --agent-key a:b\n"
+        "# terminal 2: post an event\n"
+        "X=$(curl -s http://127.0.0.1:8080/ \\\n     | python -c 'import sys\nprint(1)')\n"
+        "$ echo done\n"
+    )
+    got = commands(text)
+    assert [c.background for c in got] == [True, False, False]
+    assert got[0].text.startswith("a2a-push gateway") and "--agent-key" in got[0].text
+    assert got[1].text.endswith("print(1)')") and got[2].text == "echo done"
+
+
+def test_serving_commands_are_recognised() -> None:
+    for command in (
+        "a2a-push gateway --port 8080",
+        "A2A_GATEWAY_X=1 a2a-push receiver",
+        "a2a-push mock-agent --port 9000",
+        "a2a-push listen --port 8000 --count 2",
+        "python -m receiver --port 8090",
+        "curl -sN localhost:8090/events",
+    ):
+        assert _SERVING.match(command), command
+    for command in (
+        "a2a-push deliveries list",
+        "curl -s localhost:8090/tasks",
+        "a2a-push keys jwks",
+    ):
+        assert not _SERVING.match(command), command
+
+
+def test_ports_and_databases_are_mapped_per_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    context = FileContext("x.md")
+    monkeypatch.setattr("tests.docs.doc_runner.create_database", lambda file: "postgresql://db/x")
+    text = (
+        "a2a-push gateway --port 8080 --database postgresql://postgres@127.0.0.1:5432/a2a_push\n"
+        "curl localhost:8080/x http://127.0.0.1:9000/ port = 8090 http://push.example.com:8443/\n"
+    )
+    mapped = context.map_databases(context.map_ports(text))
+    p8080, p9000, p8090 = context.ports[8080], context.ports[9000], context.ports[8090]
+    assert mapped == (
+        f"a2a-push gateway --port {p8080} --database postgresql://db/x\n"
+        f"curl localhost:{p8080}/x http://127.0.0.1:{p9000}/ port = {p8090}"
+        " http://push.example.com:8443/\n"
+    )
+    assert context.map_ports(mapped) == mapped  # mapped ports stay
+
+
+def test_placeholders_are_replaced_as_words() -> None:
+    assert _replace("a TASK_ID b $TASK_ID MY_TASK_ID TASK_IDS", "TASK_ID", "t") == (
+        "a t b $TASK_ID MY_TASK_ID TASK_IDS"
+    )
+    assert _replace("replay msg_01m8… x", "msg_01m8…", "msg_9") == "replay msg_9 x"
