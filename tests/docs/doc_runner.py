@@ -60,6 +60,8 @@ _KEEPS_RUNNING = re.compile(r"^#\s*terminal\s+\d+\s*\(keeps running\)", re.IGNOR
 _LOCAL_PORT = re.compile(
     r"(?P<pre>(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):)(?P<port>\d{2,5})\b"
 )
+# ("127.0.0.1", 8081), as web.TCPSite takes them
+_HOST_PORT_ARGS = re.compile(r"(?P<pre>[\"']127\.0\.0\.1[\"'],\s*)(?P<port>\d{2,5})\b")
 _FLAG_PORT = re.compile(r"(?P<pre>--port[ =]|\bport\s*=\s*)(?P<port>\d{2,5})\b")
 _DSN = re.compile(r"postgres(?:ql)?://[^\s'\"]+")
 NOT_MAPPED = {5432}  # PostgreSQL's: the DSN is mapped as a whole
@@ -108,7 +110,9 @@ class FileContext:
                 return m.group(0)  # not a doc's port, or one mapped already
             return m.group("pre") + str(self.port(port))
 
-        return _FLAG_PORT.sub(sub, _LOCAL_PORT.sub(sub, text))
+        for pattern in (_LOCAL_PORT, _HOST_PORT_ARGS, _FLAG_PORT):
+            text = pattern.sub(sub, text)
+        return text
 
     def map_databases(self, text: str) -> str:
         if not _DSN.search(text):

@@ -299,15 +299,7 @@ def fernet_key(_session: Session) -> str:
     return generate_key()
 
 
-READ_KEY = 'import json; print(json.load(open("receiver-data/api-keys.json"))["default"])'
-
 PLACEHOLDERS = [
-    # "KEY=...   # from receiver-data/api-keys.json": the receiver wrote it at start.
-    Placeholder(
-        "README.md",
-        "KEY=...",
-        literal(f"KEY=$(python -c '{READ_KEY}')"),
-    ),
     # "TASK_ID is result.task.id in the answer" (of SendMessage, the command before).
     Placeholder(
         "README.md",
@@ -315,7 +307,6 @@ PLACEHOLDERS = [
         from_json_output("result", "task", "id"),
         in_block="8090/subscriptions",
     ),
-    Placeholder("README.md", "TASK_ID", literal("task-1"), in_block="/v1/tasks/TASK_ID/events"),
     Placeholder("docs/configuration.md", "<fernet key>", fernet_key),
     Placeholder("docs/gateway.md", "<a2a-push store generate-key>", fernet_key),
     # "a2a-push deliveries show msg_…": an id the list before printed.
@@ -339,7 +330,7 @@ PLACEHOLDERS = [
 EVENTUALLY = [
     # "GET /tasks/… answers 404 not_fetched until the first GetTask lands (a moment)"
     ("docs/receiver.md", "localhost:8090/tasks/$TASK_ID", 10.0),
-    ("README.md", "localhost:8090/tasks/TASK_ID", 10.0),
+    ("README.md", "8090/tasks/TASK_ID", 10.0),
 ]
 
 
