@@ -45,6 +45,7 @@ from .doc_blocks import ROOT, Block
 
 BLOCK_TIMEOUT = 60.0  # seconds for one command or one python block
 PORT_TIMEOUT = 30.0  # seconds for a background server to accept connections
+NO_PORT_WAIT = 3.0  # seconds to wait for a background command with no port to print
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 
 # Default ports of the commands that serve (when no --port is given).
@@ -351,6 +352,8 @@ class Session:
         """Run one shell command in the session; it must exit 0 (within ``retry_for``
         seconds of trying again). Returns its output."""
         command = self.context.map_databases(self.context.map_ports(command))
+        if command.endswith("&") and not command.endswith("&&"):
+            command, what = command[:-1].rstrip(), "background"  # the doc's own job
         if _SERVING.match(command) or what == "background":
             self.start_background(command)
             return ""
@@ -392,9 +395,12 @@ class Session:
         if port is not None:
             pass
         elif flag:
-            port = int(flag.group(1))
+            port = int(flag.group(1)) or None  # --port 0: it picks one (it prints which)
         elif m and (m.group("cmd") or m.group("mod")):
+            # its default port, mapped like the ones the docs write: give it explicitly
             port = self.context.port(DEFAULT_PORTS[m.group("cmd") or m.group("mod")])
+            end = m.end("cmd") if m.group("cmd") else m.end("mod")
+            command = f"{command[:end]} --port {port}{command[end:]}"
         must_exit = bool(m and m.group("cmd") == "listen" and re.search(r"--count\b", command))
         log = self.dir / f".doctest-bg-{len(self.background)}.log"
         rc, out = self.shell.run(f"{{ {command}\n}} > {shlex.quote(str(log))} 2>&1 &\necho $!", 10)
@@ -454,14 +460,17 @@ def stop_groups(pids: list[int], grace: float = 3.0) -> None:
 
 
 def wait_for_port(port: int | None, job: Background | None, what: str) -> None:
-    """Until ``port`` accepts connections (no port: until the job prints something)."""
-    deadline = time.monotonic() + PORT_TIMEOUT
-    while time.monotonic() < deadline:
+    """Until ``port`` accepts connections; with no port, until the job prints something
+    (at most NO_PORT_WAIT seconds: its output may go elsewhere)."""
+    start = time.monotonic()
+    while time.monotonic() < start + PORT_TIMEOUT:
         if port is not None and port_open(port):
             return
-        if port is None and job is not None and job.output().strip():
+        if port is None and (
+            job is None or job.output().strip() or time.monotonic() > start + NO_PORT_WAIT
+        ):
             return
-        if job is not None and not _alive(job.pid):
+        if job is not None and port is not None and not _alive(job.pid):
             raise BlockFailed(f"ended before it served: {what}\n{tail(job.output())}")
         time.sleep(0.05)
     log = tail(job.output()) if job else ""

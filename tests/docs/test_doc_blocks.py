@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from .doc_blocks import ROOT, Block, all_blocks, parse
-from .doc_runner import _SERVING, FileContext, Harness, commands
+from .doc_runner import _SERVING, FileContext, Harness, Session, commands, port_open
 from .doc_setups import EVENTUALLY, PLACEHOLDERS, SETUPS, _replace
 
 BLOCKS, PROBLEMS = all_blocks()
@@ -145,6 +145,18 @@ def test_serving_commands_are_recognised() -> None:
         "a2a-push keys jwks",
     ):
         assert not _SERVING.match(command), command
+
+
+def test_a_serving_command_without_a_port_gets_its_default_mapped() -> None:
+    session = Session(FileContext("x.md"))
+    try:
+        job = session.start_background("a2a-push mock-agent --allow-webhook-host 127.0.0.1")
+        assert job.port == session.context.ports[9000] and port_open(job.port)
+        assert f"mock-agent --port {job.port} --allow" in job.command
+        session.sh("sleep 0.1 &")  # a job the doc puts in the background itself
+        assert len(session.background) == 2
+    finally:
+        assert session.close() == []
 
 
 def test_ports_and_databases_are_mapped_per_file(monkeypatch: pytest.MonkeyPatch) -> None:
