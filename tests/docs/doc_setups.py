@@ -17,7 +17,6 @@ import json
 import re
 import shlex
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,45 +27,6 @@ from .doc_runner import BlockFailed, FileContext, Session
 AGENT_KEY = "doc-test-agent-key-0123456789"
 
 # ---- setups -------------------------------------------------------------------------
-
-SINK = """
-import sys
-from aiohttp import web
-
-async def hook(request):
-    body = await request.read()
-    print(request.method, request.path, len(body), flush=True)
-    return web.Response(status=200)
-
-app = web.Application()
-app.router.add_route("*", "/{tail:.*}", hook)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
-"""
-
-
-def sink(session: Session, port: str = "8000", expect: str = "0") -> None:
-    """A webhook sink answering 200 on the doc's ``port`` (mapped); with ``expect=N`` the
-    session must end with N requests received."""
-    real = session.context.port(int(port))
-    script = session.dir / ".doctest-sink.py"
-    script.write_text(SINK)
-    job = session.start_background(
-        f"python {shlex.quote(str(script))} {real}", port=real, what=f"a webhook sink on {port}"
-    )
-    wanted = int(expect)
-
-    def received() -> None:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if job.output().count("POST ") >= wanted:
-                return
-            time.sleep(0.05)
-        raise AssertionError(
-            f"the sink on {port} got {job.output().count('POST ')} webhooks, not {wanted}"
-        )
-
-    if wanted:
-        session.after.append(received)
 
 
 def notifier(session: Session) -> None:
@@ -203,7 +163,6 @@ async with SQLiteStore("push.db", StoreOptions(encryption_keys=[old_key])) as _s
 
 
 SETUPS: dict[str, Callable[..., None]] = {
-    "sink": sink,
     "notifier": notifier,
     "a2a_sdk": a2a_sdk,
     "gateway": gateway,
@@ -320,6 +279,8 @@ PLACEHOLDERS = [
         "--config KEY",
         from_command("a2a-push deliveries list --json", r'"config_key":\s*"([^"]+)"'),
     ),
+    # an agent key (at least 16 characters), as the README's quickstart has one
+    Placeholder("docs/listen.md", "my-agent:KEY", literal("my-agent:my-agent-key-0123456789")),
     Placeholder("docs/operations.md", "[--alg EdDSA]", literal("--alg EdDSA")),
     Placeholder("docs/operations.md", "[--grace-period 86400]", literal("--grace-period 86400")),
 ]
