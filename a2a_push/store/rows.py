@@ -88,6 +88,8 @@ class RowMapping:
         row: Any, config: StoredConfig | None, config_error: str | None
     ) -> Delivery:
         keys = row.keys()
+        if not isinstance(keys, list):  # asyncpg's is an iterator
+            keys = list(keys)
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
