@@ -93,7 +93,7 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
     async with live(app) as base, aiohttp.ClientSession() as session:
         doc = await fetch_document(session, base)
         assert documented(doc) == served(app)
-        assert len(documented(doc)) == 30
+        assert len(documented(doc)) == 32
         check = Checker(doc)
 
         event = status("t-1", TaskState.WORKING).model_dump(by_alias=True, exclude_none=True)
@@ -139,6 +139,10 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
             base + "/admin/deliveries/" + deliveries[0]["id"], headers=admin
         ) as resp:
             await check.answer(resp, "GET", "/admin/deliveries/{id}")
+        async with session.get(
+            base + "/admin/deliveries/" + deliveries[0]["id"] + "/attempts", headers=admin
+        ) as resp:
+            await check.answer(resp, "GET", "/admin/deliveries/{id}/attempts")
         async with session.get(base + "/admin/deliveries?limit=0", headers=admin) as resp:
             await check.answer(resp, "GET", "/admin/deliveries")
         async with session.post(
@@ -167,7 +171,7 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
         async with session.get(base + "/metrics") as resp:
             assert resp.status == 200 and resp.content_type == "text/plain"
             assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
-    assert len(check.checked) == 17  # (method, path, status) answers checked
+    assert len(check.checked) == 18  # (method, path, status) answers checked
 
 
 async def test_a_route_without_an_operation_cannot_be_served_undocumented(
