@@ -29,13 +29,12 @@ from typing import Any, Final
 
 from aiohttp import web
 from pydantic import ValidationError
-from yarl import URL
 
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
-from a2a_push.endpoints import endpoint_of
+from a2a_push.endpoints import parse_endpoint
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
@@ -625,7 +624,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             limit = _integer("limit", q.get("limit", "100"))
             since = _unix_time("since", q["since"]) if "since" in q else None
             until = _unix_time("until", q["until"]) if "until" in q else None
-            endpoint = endpoint_filter(q["endpoint"]) if "endpoint" in q else None
+            endpoint = _endpoint("endpoint", q["endpoint"]) if "endpoint" in q else None
         except ValueError as exc:
             return _error(400, "invalid", f"bad query parameter: {exc}")
         if not 1 <= limit <= 1000:
@@ -923,20 +922,11 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
     )
 
 
-def endpoint_filter(value: str) -> str:
-    """An endpoint to list deliveries by, as deliveries keep it (``scheme://host:port``):
-    an origin or a URL (only its origin counts), the default port written out."""
+def _endpoint(name: str, value: str) -> str:
     try:
-        url = URL(value)
-        port = url.port
-    except (ValueError, TypeError):
-        url, port = None, None
-    if url is None or url.scheme not in ("http", "https") or not url.host or port is None:
-        raise ValueError(
-            f"endpoint: {value[:100]!r} is not an http(s) origin; write scheme://host[:port], "
-            "e.g. https://hooks.example.com"
-        )
-    return endpoint_of(str(url.origin()))
+        return parse_endpoint(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def _delivery_state(value: str) -> DeliveryState:
