@@ -20,7 +20,7 @@ import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from yarl import URL
 
@@ -34,6 +34,7 @@ from ..protocol.constants import (
 )
 from ..signing import WebhookSigner
 from ..store import (
+    ATTEMPT_VERDICTS,
     MAX_ATTEMPT_RESPONSE_BYTES,
     Attempt,
     AttemptVerdict,
@@ -168,6 +169,7 @@ class Dispatcher:
         # (config key, outcome) -> (when its last line was written, lines left out since)
         self._logged: dict[tuple[str, str], tuple[float, int]] = {}
         self._runner: asyncio.Task[None] | None = None
+        self._verdict_counters: dict[str, Any] | None = None
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -705,9 +707,13 @@ class Dispatcher:
     def _count_verdicts(self, sent: _Sent | None, verdict: AttemptVerdict) -> None:
         if sent is None or not sent.tried:
             return
+        counters = self._verdict_counters
+        if counters is None:  # the labelled children, looked up once
+            verdicts = self.metrics.attempt_verdicts
+            counters = self._verdict_counters = {v: verdicts.labels(v) for v in ATTEMPT_VERDICTS}
         if len(sent.tried) > 1:
-            self.metrics.attempt_verdicts.labels("retry").inc(len(sent.tried) - 1)
-        self.metrics.attempt_verdicts.labels(verdict).inc()
+            counters["retry"].inc(len(sent.tried) - 1)
+        counters[verdict].inc()
 
     async def _defer(self, delivery: Delivery, until: float) -> None:
         outcome = Outcome(
