@@ -81,6 +81,8 @@ APPLICATION_NAME = "a2a-push"
 LISTENER_APPLICATION_NAME = "a2a-push-listener"
 
 _Q = queries("postgres")
+# lock_tasks, writing the outcomes' attempts in the same statement (see record_attempts).
+_LOCK_TASKS_RECORDING_ATTEMPTS = _Q["record_attempts"] + "\n" + _Q["lock_tasks"]
 # Advisory lock classes (the first key of the two-key form), so these locks never collide
 # with another application's: "A2PT" for tasks, "A2PM" for migrations.
 _LOCK_TASK = 0x41325054
@@ -534,7 +536,7 @@ class _PostgresTx:
         if attempts:
             columns = [list(column) for column in zip(*attempts, strict=True)]
             at: float = await self._conn.fetchval(
-                _Q["lock_tasks_recording_attempts"], _LOCK_TASK, list(task_ids), now, *columns
+                _LOCK_TASKS_RECORDING_ATTEMPTS, _LOCK_TASK, list(task_ids), now, *columns
             )
         else:
             at = await self._conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)

@@ -40,10 +40,11 @@ FROM (
     ) AS held
 ) AS done;
 
--- name: lock_tasks_recording_attempts
--- lock_tasks ($1-$3), and the attempts the transaction's outcomes end written in the
--- same statement (no round trip of their own): $4-$14 are their columns, as arrays.
--- None for a delivery purged since, and none twice (a batch written again one by one).
+-- name: record_attempts
+-- Not a statement: a WITH clause that PostgresStore puts before lock_tasks, so that the
+-- attempts the transaction's outcomes end are written in the statement that takes the
+-- locks (no round trip of their own). $4-$14 are their columns, as arrays. None for a
+-- delivery purged since, and none twice (a batch written again one by one).
 WITH recorded AS (
     INSERT INTO attempts (delivery_id, number, started_at, duration, endpoint, verdict,
                           status, error_class, error, retry_at, response)
@@ -55,14 +56,6 @@ WITH recorded AS (
     WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id)
     ON CONFLICT DO NOTHING
 )
-SELECT coalesce($3::float8, extract(epoch FROM clock_timestamp())::float8) AS now
-FROM (
-    SELECT count(*) FROM (
-        SELECT pg_advisory_xact_lock($1::integer, h)
-        FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest($2::text[]) AS t) AS locks
-        ORDER BY h
-    ) AS held
-) AS done;
 
 -- name: try_lock_task
 SELECT pg_try_advisory_xact_lock($1::integer, hashtext($2));
