@@ -247,3 +247,14 @@ async def test_no_history_is_kept_when_it_is_off(make: Make, sink: WebhookSink) 
     assert await n.store.list_attempts(delivery_id) == []
     # The metrics count the attempts all the same.
     assert 'a2a_push_attempt_verdicts_total{verdict="delivered"} 1.0' in n.metrics.render().decode()
+
+
+def test_every_verdict_and_error_class_series_exists_from_the_start() -> None:
+    from a2a_push.metrics import Metrics
+    from a2a_push.store import ATTEMPT_ERROR_CLASSES, ATTEMPT_VERDICTS
+
+    text = Metrics().render().decode()
+    for verdict in ATTEMPT_VERDICTS:
+        assert f'a2a_push_attempt_verdicts_total{{verdict="{verdict}"}} 0.0' in text
+    for cls in ATTEMPT_ERROR_CLASSES:
+        assert f'a2a_push_attempt_errors_total{{error_class="{cls}"}} 0.0' in text

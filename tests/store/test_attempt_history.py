@@ -267,3 +267,74 @@ async def test_deliveries_keep_their_endpoint_and_list_by_it(store: Store) -> No
     await store.put_config(config("task-1", id=a.id, url="http://127.0.0.1:10/moved"))
     again = await store.get_delivery(one)
     assert again is not None and again.endpoint == "http://127.0.0.1:9"
+
+
+# ---- upgrading a store made before the history -----------------------------------------
+
+INSERT_CONFIG = (
+    "INSERT INTO configs (key, id, task_id, owner, url, endpoint, protocol_version, "
+    "created_at) VALUES ('k1', 'c1', 't1', 'o', 'https://hooks.example.com/x?token=s', "
+    "'https://hooks.example.com:443', '1.0', 1)"
+)
+INSERT_DELIVERY = (
+    "INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, "
+    "next_attempt_at, created_at, updated_at) VALUES "
+    "('msg_old', 'k1', 't1', 1, 'task', {body}, 'dead', 1, 1, 1)"
+)
+
+
+async def test_a_sqlite_store_from_before_the_history_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    from a2a_push.database import migrations
+    from a2a_push.database.sql import _split_statements
+    from a2a_push.store import SQLiteStore
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        for version, script in migrations("sqlite"):
+            if version <= 4:
+                for statement in _split_statements(script):
+                    conn.execute(statement)
+        conn.execute("PRAGMA user_version = 4")
+        conn.execute(INSERT_CONFIG)
+        conn.execute(INSERT_DELIVERY.format(body="x'7b7d'"))
+    async with SQLiteStore(db) as store:
+        old = await store.get_delivery("msg_old")
+        assert old is not None and old.endpoint == "https://hooks.example.com:443"
+        assert await store.list_attempts("msg_old") == []
+        listed = await store.list_deliveries(
+            DeliveryFilter(endpoint="https://hooks.example.com:443")
+        )
+        assert [d.id for d in listed] == ["msg_old"]
+
+
+async def test_a_postgresql_store_from_before_the_history_is_upgraded() -> None:
+    import asyncpg
+
+    from a2a_push.database import migrations
+    from a2a_push.store.postgres import PostgresStore
+
+    from ..conftest import postgres_schema, require_postgres
+
+    dsn, schema = require_postgres(), postgres_schema()
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.execute(
+            "CREATE TABLE schema_migrations "
+            "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        for version, script in migrations("postgres"):
+            if version <= 3:
+                await conn.execute(script)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+        await conn.execute(INSERT_CONFIG)
+        await conn.execute(INSERT_DELIVERY.format(body="'\\x7b7d'::bytea"))
+    finally:
+        await conn.close()
+    async with PostgresStore(dsn, schema=schema) as store:
+        old = await store.get_delivery("msg_old")
+        assert old is not None and old.endpoint == "https://hooks.example.com:443"
+        assert await store.list_attempts("msg_old") == []
+        assert await store.purge(DeliveryState.DEAD, updated_before=2) == 1
