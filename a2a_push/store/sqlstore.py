@@ -453,22 +453,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
 
     async def list_attempts(self, delivery_id: str) -> list[Attempt]:
         rows = await self._fetch("delivery_attempts", delivery_id)
-        return [
-            Attempt(
-                delivery_id=row["delivery_id"],
-                number=row["number"],
-                started_at=row["started_at"],
-                duration=row["duration"],
-                endpoint=row["endpoint"],
-                verdict=row["verdict"],
-                status=row["status"],
-                error_class=row["error_class"],
-                error=row["error"],
-                retry_at=row["retry_at"],
-                response=bytes(row["response"] or b""),
-            )
-            for row in rows
-        ]
+        return [self._attempt_from_row(row) for row in rows]
 
     async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
         if not delivery_ids:
