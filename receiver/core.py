@@ -67,6 +67,8 @@ from .verify import (
 log = logging.getLogger(__name__)
 
 JSON_TYPES: Final = frozenset({A2A_MEDIA_TYPE, "application/json"})
+AGENT_CARD_PATH: Final = "/.well-known/agent-card.json"
+"""Where an agent publishes its card, below its origin."""
 API_KEYS_FILE: Final = "api-keys.json"
 _EVENTS_PAGE: Final = 500  # events read from the store at once for a client's stream
 BODY_HASH_RETENTION_SECONDS: Final = 3600.0
@@ -369,16 +371,7 @@ class Receiver:
         agent answers without one. Raises (the cache asks again later) when the card
         cannot be read now: the agent is unreachable, overloaded or answers garbage."""
         assert self._session is not None
-        url = agent.origin + "/.well-known/agent-card.json"
-        async with self._session.get(
-            url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False
-        ) as resp:
-            if resp.status >= 500 or resp.status in (408, 429):
-                raise ValueError(f"HTTP {resp.status} from {url}")
-            if resp.status != 200:
-                return None  # no card (or not for us): the default URL it is
-            raw = await read_at_most(resp.content, MAX_JWKS_BYTES)
-        return card_jwks_uri(parse_json(raw, f"{url}: the agent card"))
+        return card_jwks_uri(await fetch_agent_card(self._session, agent.origin))
 
     async def _watch_other_writers(self) -> None:
         seen: int | None = None  # not read yet (a failed first read is tried again)
@@ -994,6 +987,23 @@ def require_id(value: str, name: str) -> None:
     """A client API id held to the webhook rule (:func:`is_valid_id`), else a 400."""
     if not is_valid_id(value):
         raise ClientError(400, "invalid", INVALID_ID.format(name))
+
+
+async def fetch_agent_card(session: aiohttp.ClientSession, origin: str) -> Any:
+    """The agent card at ``origin`` + :data:`AGENT_CARD_PATH`, parsed JSON (any value);
+    None when the agent answers without one (a 4xx: no card, or not for us). Raises
+    ``ValueError`` (a 5xx, 408 or 429, a card that is not JSON or over the size cap),
+    ``aiohttp.ClientError`` or ``TimeoutError`` when it cannot be read now: ask later."""
+    url = origin.rstrip("/") + AGENT_CARD_PATH
+    async with session.get(
+        url, timeout=aiohttp.ClientTimeout(total=5), allow_redirects=False
+    ) as resp:
+        if resp.status >= 500 or resp.status in (408, 429):
+            raise ValueError(f"HTTP {resp.status} from {url}")
+        if resp.status != 200:
+            return None
+        raw = await read_at_most(resp.content, MAX_JWKS_BYTES)
+    return parse_json(raw, f"{url}: the agent card")
 
 
 def card_jwks_uri(card: object) -> str | None:

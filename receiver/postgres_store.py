@@ -323,7 +323,9 @@ class PostgresReceiverStore(ReceiverStore):
                     snap.agent_url,
                     snap.task_id,
                 )
-                row = await conn.fetchrow(self._sql["lock_task"], snap.agent_url, snap.task_id)
+                row = await conn.fetchrow(
+                    self._sql["lock_task"], snap.agent_url, snap.task_id, data
+                )
                 if row is not None and not supersedes(
                     snap,
                     TaskSnapshot(
@@ -338,6 +340,14 @@ class PostgresReceiverStore(ReceiverStore):
                         0.0,
                     ),
                 ):
+                    return None
+                if row is not None and row["unchanged"]:
+                    await conn.execute(
+                        self._sql["raise_generation"],
+                        snap.agent_url,
+                        snap.task_id,
+                        snap.generation,
+                    )
                     return None
                 await conn.execute(
                     self._sql["upsert_task"],

@@ -276,15 +276,20 @@ class SQLiteReceiverStore(ReceiverStore):
     async def save_snapshot(
         self, snap: TaskSnapshot, *, fetched_up_to: int | None = None
     ) -> TaskEvent | None:
+        data = json.dumps(snap.task, separators=(",", ":"))
+
         def op(conn: sqlite3.Connection) -> TaskEvent | None:
             if fetched_up_to is not None:
                 conn.execute(
                     self._sql["mark_fetched"], (snap.agent_url, snap.task_id, fetched_up_to)
                 )
-            row = conn.execute(self._sql["task_version"], (snap.agent_url, snap.task_id)).fetchone()
+            key = {"agent_url": snap.agent_url, "task_id": snap.task_id}
+            row = conn.execute(self._sql["current_task"], {**key, "snapshot": data}).fetchone()
             if row is not None and not supersedes(snap, _version(row)):
                 return None
-            data = json.dumps(snap.task, separators=(",", ":"))
+            if row is not None and row["unchanged"]:
+                conn.execute(self._sql["raise_generation"], {**key, "generation": snap.generation})
+                return None
             conn.execute(
                 self._sql["upsert_task"],
                 {

@@ -292,11 +292,16 @@ class ReceiverStore(abc.ABC):
     async def save_snapshot(
         self, snapshot: TaskSnapshot, *, fetched_up_to: int | None = None
     ) -> TaskEvent | None:
-        """Store ``snapshot`` unless it would go backwards; log and return its event.
+        """Store ``snapshot`` unless it would go backwards or changes nothing; log and
+        return its event.
 
         Refused (None) when the stored snapshot is final (a terminal state), has a newer
-        generation, or a later status timestamp. ``fetched_up_to``: in the same
-        transaction, mark the task's notifications up to that id as covered.
+        generation, or a later status timestamp. None too, with nothing stored or logged
+        but the newer generation, when the task is byte for byte the stored one: an
+        unchanged snapshot is not a new event. Decided in the write's transaction, so
+        concurrent savers (other workers and replicas too) of one snapshot log it once.
+        ``fetched_up_to``: in the same transaction, mark the task's notifications up to
+        that id as covered.
         """
 
     @abc.abstractmethod

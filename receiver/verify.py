@@ -335,6 +335,10 @@ class JWKSCache:
         self.located = locate is None
         """Whether ``locate`` has answered (or there is none)."""
         self.fetches = 0
+        self.last_error: str | None = None
+        """Why the last fetch failed (the URL and the error, user-info taken out); None
+        before any fetch and after one that worked. For the operator (a console, a log),
+        never for senders: their 503 says only that the set could not be fetched."""
 
     @property
     def url(self) -> str | None:
@@ -389,8 +393,10 @@ class JWKSCache:
             try:
                 self._jwks = await self._fetch()
                 self._fetch_ok = True
+                self.last_error = None
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 self._fetch_ok = False
+                self.last_error = _shown(str(exc) or type(exc).__name__)
                 # The sender (anyone) gets no detail: a host, an address or a URL is the
                 # operator's to see, in the log (at most one line per min_refresh).
                 self._error = (
@@ -401,7 +407,7 @@ class JWKSCache:
                     "the JWK Set at %s could not be fetched (%s); webhooks signed with "
                     "keys not seen before get 503 until it can be",
                     _shown(self.url),
-                    _shown(str(exc) or type(exc).__name__),
+                    self.last_error,
                 )
             finally:
                 self._fetched_at = time.monotonic()

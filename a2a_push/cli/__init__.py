@@ -5,7 +5,7 @@ error. Errors are one line on stderr saying what is wrong and what to do. Secret
 tokens, encryption keys) are never printed; a set token shows as "(set)".
 
 Each command's options are declared once, in the module of its group: ``keys``,
-``endpoints``, ``configs``, ``deliveries`` (with ``store``), ``send_test`` here;
+``endpoints``, ``configs``, ``deliveries`` (with ``store``), ``send_test``, ``listen`` here;
 ``mock-agent``, ``gateway`` and ``receiver`` beside their code.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import A2APushError
-from . import configs, deliveries, endpoints, keys, send_test
+from . import configs, deliveries, endpoints, keys, listen, send_test
 from .common import (
     ENV_DATABASE,
     ENV_ENCRYPTION_KEYS,
@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_commands(commands, env)
     deliveries.add_commands(commands, env)
     send_test.add_commands(commands, env)
+    listen.add_commands(commands, env)
 
     version = add_command(commands, "version", "print the version")
     version.set_defaults(handler=_cmd_version)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from ..protocol.constants import (
-    A2A_MEDIA_TYPE,
     HEADER_A2A_VERSION,
     HEADER_AUTHORIZATION,
     HEADER_CONTENT_TYPE,
@@ -14,6 +13,7 @@ from ..protocol.constants import (
     HEADER_WEBHOOK_ID,
     HEADER_WEBHOOK_SIGNATURE,
     HEADER_WEBHOOK_TIMESTAMP,
+    webhook_media_type,
 )
 from ..signing import WebhookSigner
 from ..signing import standard_webhooks as stdwh
@@ -29,7 +29,7 @@ def webhook_headers(
     """Headers for one attempt; the timestamp and JWT are fresh on every attempt."""
     timestamp = int(time.time()) if now is None else now
     headers = {
-        HEADER_CONTENT_TYPE: A2A_MEDIA_TYPE,
+        HEADER_CONTENT_TYPE: webhook_media_type(config.protocol_version),
         HEADER_A2A_VERSION: config.protocol_version,
         HEADER_WEBHOOK_ID: delivery.id,
         HEADER_WEBHOOK_TIMESTAMP: str(timestamp),

@@ -71,6 +71,7 @@ from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_sto
 
 from .schemas import (
     REPLAY_USAGE,
+    AgentIdentity,
     AttemptList,
     AttemptView,
     BodyError,
@@ -584,6 +585,11 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         )
         return web.json_response(accepted.to_json(), status=202)
 
+    async def whoami(request: web.Request) -> web.Response:
+        agent_id = gw.agent_for(request.headers)
+        assert agent_id is not None  # the guard refused any other key
+        return web.json_response(AgentIdentity(agent_id=agent_id).to_json())
+
     async def owner_of(headers: Mapping[str, str]) -> str:
         agent_id = gw.agent_for(headers)
         if agent_id is None:
@@ -739,6 +745,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         owner_resolver=owner_of,
     )
     route(app, "POST", "/v1/tasks/{task_id}/events", post_event, _POST_EVENT)
+    route(app, "GET", "/v1/agent", whoami, _WHOAMI)
     mount(app, service, jsonrpc_path="/v1/rpc", rest_prefix="/v1", jwks=False)
 
     async def jwks(request: web.Request) -> web.Response:
@@ -789,6 +796,16 @@ _POST_EVENT: Final = Operation(
         415: refusal("not application/json"),
         503: UNAVAILABLE,
     },
+)
+_WHOAMI: Final = Operation(
+    summary="The agent the API key belongs to",
+    description=(
+        "Answers the calling agent's id: a check, before posting events, that the "
+        "gateway is reachable and takes the key."
+    ),
+    tags=("agent",),
+    security=_AGENT,
+    responses={200: Body(AgentIdentity, "the agent's id"), 401: _UNAUTHORIZED},
 )
 _LIST_DELIVERIES: Final = Operation(
     summary="List deliveries, oldest first, filtered",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 import uuid
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -85,14 +88,49 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def describe_connection_error(exc: BaseException, timeout: float | None = None) -> str:
+    """Why a request got no answer, in a few words: ``connection refused``, ``the host
+    name does not resolve``, ``no answer within 15 s``..."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "the host name does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate is not trusted"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time" if timeout is None else f"no answer within {timeout:g} s"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the connection closed before an answer"
+    os_error = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(os_error, OSError) and os_error.errno and os_error.errno > 0:
+        return os.strerror(os_error.errno).lower()  # "connection refused", ...
+    return type(exc).__name__
+
+
 class GatewayError(A2APushError):
-    """The gateway refused an event (``retryable`` False) or stayed unavailable."""
+    """The gateway refused a request (``retryable`` False) or stayed unavailable.
+
+    ``tries``: the attempts made before giving up; ``elapsed``: the seconds they took.
+    """
 
     def __init__(self, message: str, *, status: int | None, retryable: bool) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
         self.retry_after: float | None = None
+        self.tries = 1
+        self.elapsed = 0.0
+
+
+class GatewayUnreachableError(GatewayError):
+    """No answer from the gateway at all; ``cause`` says why (``connection refused``,
+    ``no answer within 15 s``, ...). Always retryable."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(
+            f"cannot reach the gateway at {url} ({cause})", status=None, retryable=True
+        )
+        self.cause = cause
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -120,6 +158,7 @@ class GatewayClient:
     Each event is retried (tenacity: exponential backoff with jitter, ``Retry-After``
     honoured) on connection errors, timeouts and 408/425/429/5xx, for at most
     ``attempts`` tries or ``deadline`` seconds; a 4xx raises :class:`GatewayError` at once.
+    :meth:`whoami` checks the gateway and the key (``GET /v1/agent``).
     """
 
     def __init__(
@@ -171,22 +210,52 @@ class GatewayClient:
         wrapped = event if isinstance(event, StreamResponse) else StreamResponse.wrap(event)
         body = wrapped.to_json_bytes()
         key = idempotency_key or uuid.uuid4().hex
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
-            wait=_WaitRetryAfter(10.0),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        ):
-            with attempt:
-                return await self._post(task_id, body, key)
+        path = f"/v1/tasks/{quote(task_id, safe='')}/events"
+        started, tries = time.monotonic(), 0
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
+                wait=_WaitRetryAfter(10.0),
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            ):
+                with attempt:
+                    tries += 1
+                    return await self._request("POST", path, body, {"Idempotency-Key": key})
+        except GatewayError as exc:
+            exc.tries, exc.elapsed = tries, time.monotonic() - started
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _post(self, task_id: str, body: bytes, key: str) -> dict[str, Any]:
-        url = f"{self.url}/v1/tasks/{quote(task_id, safe='')}/events"
-        headers = {**self._headers, "Idempotency-Key": key}
+    async def whoami(self) -> str:
+        """The id of the agent this client's key belongs to (``GET /v1/agent``), asked
+        once, without retries: a check that the gateway answers and takes the key.
+
+        Raises :class:`GatewayUnreachableError` when nothing answers, and
+        :class:`GatewayError` for any answer but the id (``status`` 401: the gateway
+        refused the key).
+        """
+        data = await self._request("GET", "/v1/agent")
+        agent_id = data.get("agentId")
+        if not isinstance(agent_id, str):
+            raise GatewayError(
+                f"{self.url} did not answer like an a2a-push gateway (no agentId)",
+                status=200,
+                retryable=False,
+            )
+        return agent_id
+
+    async def _request(
+        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] = {}
+    ) -> dict[str, Any]:
+        """One request: the JSON object of a 2xx answer, else a GatewayError."""
         try:
-            async with self._client().post(
-                url, data=body, headers=headers, timeout=self._timeout
+            async with self._client().request(
+                method,
+                self.url + path,
+                data=body,
+                headers={**self._headers, **headers},
+                timeout=self._timeout,
             ) as resp:
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
@@ -196,11 +265,8 @@ class GatewayClient:
                 except ValueError:
                     data = None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise GatewayError(
-                f"the gateway at {self.url} is unreachable: {type(exc).__name__}",
-                status=None,
-                retryable=True,
-            ) from exc
+            cause = describe_connection_error(exc, self._timeout.total)
+            raise GatewayUnreachableError(self.url, cause) from exc
         if 200 <= status < 300 and isinstance(data, dict):
             return data
         if isinstance(data, dict):

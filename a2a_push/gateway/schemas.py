@@ -127,6 +127,13 @@ class EventAccepted(Answer):
     deliveries: int = Field(description="deliveries queued (one per enabled config)")
 
 
+class AgentIdentity(Answer):
+    """``GET /v1/agent``: the agent the API key sent belongs to (a client's check that
+    it reaches the gateway and that its key is one of the gateway's agents)."""
+
+    agent_id: str = Field(description="the agent's id in the gateway's agents")
+
+
 class DeliveryView(Answer):
     """One delivery (one event to one config), as the admin API shows it."""
 

@@ -24,7 +24,7 @@ from a2a_push.server import PushConfigService, negotiate_version
 from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import CREATE, V03_SET, task_id_of
 
-from .flows import DEFAULT_STEP_DELAY, GatewayLink, TaskFlows, skill_of
+from .flows import DEFAULT_STEP_DELAY, GatewayHandoffError, GatewayLink, TaskFlows, skill_of
 from .tasks import (
     TaskRecord,
     configuration_of,
@@ -208,7 +208,13 @@ class MockAgent(TaskFlows):
             )
             history = [*(record.task.history or []), message]
             record.task = record.task.model_copy(update={"history": history})
-            await self._apply_status(record, TaskState.WORKING)
+            try:
+                await self._apply_status(record, TaskState.WORKING)
+            except GatewayHandoffError:
+                # Logged; the caller gets the error, and the task (WORKING here by
+                # now, with nothing to move it on) fails rather than hang.
+                self._start(record, self._tell_gateway(record.task.id, self._fail_here(record)))
+                raise
             self._start(record, self._resume(record, text_of(message)))
         return record
 
@@ -330,7 +336,7 @@ class MockAgent(TaskFlows):
         # interrupted state), and a second `task` event would reach every existing
         # subscriber: the gateway sends the new config its own snapshot instead.
         if new_task:
-            await self.gateway.publish(task.id, task)
+            await self.hand_over(task.id, task)
         if version == VERSION_0_3:
             # Registered as v0.3, so its webhooks are v0.3 too (and, as v0.3 servers did,
             # an id-less config is keyed by its task).

@@ -3,6 +3,7 @@ JWKS, metrics), and ``serve`` to run it."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -21,6 +22,7 @@ from a2a_push.delivery.dispatcher import webhook_log
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.gateway.client import GatewayClient, GatewayError, GatewayUnreachableError
 from a2a_push.httputil import run_app
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
@@ -46,6 +48,8 @@ DEFAULT_PORT: Final = 9000
 DEFAULT_LOG_LEVEL: Final = "WARNING"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_BODY_BYTES: Final = 1024 * 1024
+GATEWAY_CHECK_TIMEOUT: Final = 5.0
+"""Seconds ``serve`` waits for the gateway's answer to its check at start."""
 
 
 # ---- the card and the application ----------------------------------------------------
@@ -247,8 +251,15 @@ def serve(
         f"{AGENT_NAME}: listening on {shown_host}:{port}; JSON-RPC at {url}/, "
         f"card at {url}/.well-known/agent-card.json"
     ]
-    if gateway_url:
-        lines.append(f"events and push configs go to the gateway at {gateway_url}")
+    if gateway_url and gateway_key:
+        try:
+            agent_id = asyncio.run(ask_gateway(gateway_url, gateway_key))
+        except ValueError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 1
+        lines.append(
+            f"events and push configs go to the gateway at {gateway_url} (as agent {agent_id})"
+        )
     if not allow_webhook_hosts:
         lines.append(
             "note: webhooks to private or loopback addresses are refused; pass "
@@ -286,6 +297,26 @@ def serve(
         )
         return 1
     return 0
+
+
+async def ask_gateway(url: str, key: str, timeout: float = GATEWAY_CHECK_TIMEOUT) -> str:
+    """The agent id the gateway at ``url`` knows ``key`` by (``GET /v1/agent``); a
+    ValueError with the line to print when nothing answers there, or the gateway
+    refuses the key, or what answers is no gateway."""
+    try:
+        async with GatewayClient(url, key, timeout=timeout) as client:
+            return await client.whoami()
+    except GatewayUnreachableError as exc:
+        raise ValueError(
+            f"cannot reach the gateway at {url} ({exc.cause}): is `a2a-push gateway` running there?"
+        ) from None
+    except GatewayError as exc:
+        if exc.status in (401, 403):
+            raise ValueError(
+                f"the gateway at {url} refused the agent key ({exc.status}): check "
+                "--gateway-key and the gateway's agents"
+            ) from None
+        raise ValueError(f"{exc}; check --gateway") from None
 
 
 def port_problem(port: int) -> str | None:

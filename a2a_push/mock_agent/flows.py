@@ -14,10 +14,10 @@ from typing import Any, Final
 import aiohttp
 
 from a2a_push.gateway.app import HEADER_OWNER
-from a2a_push.gateway.client import GatewayClient, GatewayError
+from a2a_push.gateway.client import GatewayClient, GatewayError, describe_connection_error
 from a2a_push.notifier import PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION
-from a2a_push.protocol.jsonrpc import A2AError
+from a2a_push.protocol.jsonrpc import INTERNAL_ERROR, A2AError
 from a2a_push.protocol.types import (
     Artifact,
     Message,
@@ -109,6 +109,37 @@ SKILLS: Final[tuple[dict[str, Any], ...]] = (
 )
 
 
+GATEWAY_FAILURE: Final = "The push gateway did not take this task's events; see the agent's log."
+"""The status message of a task failed because an event could not be handed over."""
+
+
+class GatewayHandoffError(A2AError):
+    """An event the gateway did not take: it stayed unreachable, or refused it.
+
+    An internal error for the A2A caller; ``detail`` is the line the agent logs, and
+    ``error`` the gateway client's own.
+    """
+
+    def __init__(self, what: str, error: GatewayError) -> None:
+        super().__init__(INTERNAL_ERROR, f"the push gateway did not take the event: {error}")
+        tries = (
+            f"; gave up after {error.tries} tries in {error.elapsed:.0f} s"
+            if error.tries > 1
+            else ""
+        )
+        self.detail = f"could not hand {what} to the push gateway: {error}{tries}"
+        self.error = error
+
+
+def describe_event(event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent) -> str:
+    """``its WORKING status update``, ``its artifact update``, ``the new task``."""
+    if isinstance(event, TaskStatusUpdateEvent):
+        return f"its {event.status.state.name} status update"
+    if isinstance(event, TaskArtifactUpdateEvent):
+        return "its artifact update"
+    return "the new task"
+
+
 class GatewayLink:
     """The agent's side of an a2a-push gateway: events through ``GatewayClient`` (retried
     until durable), push-config methods forwarded to the gateway's JSON-RPC endpoint
@@ -133,12 +164,14 @@ class GatewayLink:
     async def publish(
         self, task_id: str, event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
     ) -> None:
+        """Hand one event to the gateway (retried while it is unavailable); a
+        :class:`GatewayHandoffError` when it was not taken."""
         self._http()
         assert self._client is not None
         try:
             await self._client.publish(task_id, event)
         except GatewayError as exc:
-            raise A2AError.internal_error(f"the push gateway refused the event: {exc}") from exc
+            raise GatewayHandoffError(describe_event(event), exc) from exc
 
     async def call(self, method: str, params: Any, *, owner: str, version: str) -> Any:
         headers = {
@@ -150,8 +183,15 @@ class GatewayLink:
         try:
             async with self._http().post(self.url + "/v1/rpc", json=body, headers=headers) as resp:
                 data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise A2AError.internal_error(f"the push gateway is unreachable: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            cause = describe_connection_error(exc)
+            raise A2AError.internal_error(
+                f"cannot reach the push gateway at {self.url} ({cause})"
+            ) from exc
+        except ValueError as exc:  # not JSON
+            raise A2AError.internal_error(
+                f"the push gateway at {self.url} answered no JSON ({exc})"
+            ) from exc
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
             raise A2AError.from_error_dict(data["error"])
         if not isinstance(data, dict) or "result" not in data:
@@ -181,9 +221,21 @@ class TaskFlows:
         self, task: Task, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
     ) -> None:
         if self.gateway is not None:
-            await self.gateway.publish(task.id, event)
+            await self.hand_over(task.id, event)
         else:
             await self.notifier.publish(task.id, event, task=task)
+
+    async def hand_over(
+        self, task_id: str, event: Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+    ) -> None:
+        """Hand ``event`` to the gateway; one ERROR line (no traceback: the cause is
+        outside the agent) when it was not taken, then the GatewayHandoffError."""
+        assert self.gateway is not None
+        try:
+            await self.gateway.publish(task_id, event)
+        except GatewayHandoffError as exc:
+            log.error("task %s: %s", task_id, exc.detail)
+            raise
 
     # ---- task changes: every one goes through notifier.publish ----------------------------
 
@@ -191,18 +243,39 @@ class TaskFlows:
         self, record: TaskRecord, state: TaskState, message: Message | None = None
     ) -> None:
         """Set the task's status and publish it. The caller holds ``record.lock``."""
+        event = self._set_status(record, state, message)
+        try:
+            await self._publish(record.task, event)
+        finally:
+            self._changed(record)  # the task changed here even when the publish failed
+
+    def _set_status(
+        self, record: TaskRecord, state: TaskState, message: Message | None = None
+    ) -> TaskStatusUpdateEvent:
+        """Set the task's status here; the event that says so."""
         status = TaskStatus(state=state, message=message, timestamp=utc_timestamp())
         update: dict[str, Any] = {"status": status}
         if message is not None:
             update["history"] = [*(record.task.history or []), message]
         record.task = record.task.model_copy(update=update)
-        await self._publish(
-            record.task,
-            TaskStatusUpdateEvent(
-                task_id=record.task.id, context_id=record.task.context_id or "", status=status
-            ),
+        return TaskStatusUpdateEvent(
+            task_id=record.task.id, context_id=record.task.context_id or "", status=status
         )
+
+    def _fail_here(self, record: TaskRecord) -> TaskStatusUpdateEvent:
+        """Fail a task whose event the gateway did not take, here only (the caller holds
+        ``record.lock``; waiters wake at once); the event to hand over later."""
+        event = self._set_status(record, TaskState.FAILED, self._say(record, GATEWAY_FAILURE))
         self._changed(record)
+        return event
+
+    async def _tell_gateway(self, task_id: str, event: TaskStatusUpdateEvent) -> None:
+        """Try to hand over a failure the agent logged already: no second ERROR line."""
+        assert self.gateway is not None
+        try:
+            await self.gateway.publish(task_id, event)
+        except GatewayHandoffError as exc:
+            log.info("task %s: %s", task_id, exc.detail)
 
     async def _status(self, record: TaskRecord, state: TaskState, text: str | None = None) -> None:
         async with record.lock:
@@ -269,6 +342,15 @@ class TaskFlows:
             await work
         except asyncio.CancelledError:
             raise
+        except GatewayHandoffError:
+            # Logged where it failed (one line); retrying the failure there now would
+            # only wait as long again: the task fails here, and the gateway hears of it
+            # if it takes events again.
+            async with record.lock:
+                if record.state.is_terminal:
+                    return
+                event = self._fail_here(record)
+            await self._tell_gateway(record.task.id, event)
         except Exception:
             log.exception("skill %s of task %s failed", record.skill, record.task.id)
             try:

@@ -1,6 +1,7 @@
 """A2A protocol layer: v1.0 types, v0.3 conversion, JSON-RPC envelope, wire constants,
 webhook bodies (``webhook_body``)."""
 
+from a2a_push.protocol.constants import webhook_media_type
 from a2a_push.protocol.jsonrpc import (
     A2AError,
     JSONRPCErrorResponse,
@@ -77,4 +78,5 @@ __all__ = [
     "task_from_v03",
     "task_to_v03",
     "utc_timestamp",
+    "webhook_media_type",
 ]

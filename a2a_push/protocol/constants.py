@@ -11,6 +11,16 @@ VERSION_1_0: Final = "1.0"
 VERSION_0_3: Final = "0.3"
 SUPPORTED_VERSIONS: Final = (VERSION_1_0, VERSION_0_3)
 
+# v0.3 senders and receivers speak plain JSON; application/a2a+json came with v1.0.
+JSON_MEDIA_TYPE: Final = "application/json"
+
+
+def webhook_media_type(version: str) -> str:
+    """The ``Content-Type`` of a webhook for a config of protocol ``version``:
+    ``application/json`` for "0.3", ``application/a2a+json`` for anything else (1.0)."""
+    return JSON_MEDIA_TYPE if version == VERSION_0_3 else A2A_MEDIA_TYPE
+
+
 # Request / webhook header names (lower-case; HTTP headers are case-insensitive).
 HEADER_A2A_VERSION: Final = "A2A-Version"
 HEADER_WEBHOOK_ID: Final = "webhook-id"

@@ -11,7 +11,7 @@ import pytest
 
 from a2a_push.cli import main as cli_main
 from a2a_push.endpoints import endpoint_of
-from a2a_push.gateway.client import GatewayClient, GatewayError
+from a2a_push.gateway.client import GatewayClient, GatewayError, GatewayUnreachableError
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.store import DeliveryFilter
@@ -240,6 +240,34 @@ async def test_client_gives_up_on_refusals_and_retries_unavailability(tmp_path: 
         async with GatewayClient(fake.url(""), AGENT_KEY, attempts=3, deadline=10) as client:
             answer = await client.publish("t", status("t", TaskState.WORKING))
         assert answer == {"seq": 1} and [r.status for r in fake.on(path)] == [501, 200]
+
+
+async def test_whoami_names_the_keys_agent_and_tells_refused_from_unreachable(
+    tmp_path: Path,
+) -> None:
+    settings = gateway_settings(str(tmp_path / "outbox.db"))
+    async with running_gateway(settings) as (url, _gw):
+        async with GatewayClient(url, AGENT_KEY) as client:
+            assert await client.whoami() == "agent-a"
+        async with GatewayClient(url, OTHER_KEY) as client:
+            assert await client.whoami() == "agent-b"
+        for key in ("wrong-key-wrong-key", ADMIN_KEY):  # an admin key is no agent's
+            async with GatewayClient(url, key) as client:
+                with pytest.raises(GatewayError) as err:
+                    await client.whoami()
+            assert err.value.status == 401 and not isinstance(err.value, GatewayUnreachableError)
+            assert "not an agent API key of this gateway" in str(err.value)
+    # Gone: nothing listens on its port any more.
+    async with GatewayClient(url, AGENT_KEY) as client:
+        with pytest.raises(GatewayUnreachableError) as gone:
+            await client.whoami()
+    assert gone.value.cause == "connection refused" and gone.value.status is None
+    assert str(gone.value) == f"cannot reach the gateway at {url} (connection refused)"
+    # Something else answers there: not a gateway (and not "unreachable").
+    async with WebhookSink() as other, GatewayClient(other.url(""), AGENT_KEY) as client:
+        other.set_default("/v1/agent", SinkResponse(200, body=b"<html>hello</html>"))
+        with pytest.raises(GatewayError, match="did not answer like an a2a-push gateway"):
+            await client.whoami()
 
 
 async def test_cli_lists_by_config_and_disables_configs(

@@ -4,17 +4,12 @@ banner, the warnings about failing webhooks, and the README's curl example again
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
 import shlex
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +19,11 @@ import pytest
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN
 from a2a_push.testing import WebhookSink
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from ..gateway_support import free_port
+from ..mock_agent_support import REPO_ROOT, mock_agent_process
+
 README = REPO_ROOT / "README.md"
-MOCK_AGENT_SECTION = "Trying it against a mock agent"
+MOCK_AGENT_SECTION = "Quickstart: run the receiver (receiver operators)"
 
 # The two ways to start it, and the name each puts before "error:".
 COMMANDS = {
@@ -43,13 +40,6 @@ def run(args: list[str]) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # ---- --port and binding --------------------------------------------------------------
@@ -112,81 +102,14 @@ def test_log_level_is_checked() -> None:
 # ---- a running agent ------------------------------------------------------------------
 
 
-@dataclass
-class Agent:
-    url: str
-    process: asyncio.subprocess.Process
-    stderr: list[str] = field(default_factory=list)
-
-    async def wait_for_stderr(self, pattern: str, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.stderr:
-                if re.search(pattern, line):
-                    return line
-            if self.process.returncode is not None:
-                break
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no stderr line matches {pattern!r}:\n" + "".join(self.stderr))
-
-
-@contextlib.asynccontextmanager
-async def mock_agent(tmp_path: Path, *extra: str) -> AsyncIterator[Agent]:
-    """``python -m a2a_push.mock_agent`` on a free port, webhooks allowed to 127.0.0.1."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "a2a_push.mock_agent",
-        "--port",
-        str(port),
-        "--allow-webhook-host",
-        "127.0.0.1",
-        "--data-dir",
-        str(tmp_path / "agent"),
-        "--step-delay",
-        "0.01",
-        *extra,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    agent = Agent(f"http://127.0.0.1:{port}", process)
-
-    async def collect(stream: asyncio.StreamReader) -> None:
-        async for line in stream:
-            agent.stderr.append(line.decode())
-
-    reader = asyncio.create_task(collect(process.stderr))
-    try:
-        banner = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        assert f"listening on 127.0.0.1:{port}" in banner, (banner, agent.stderr)
-        # The banner means the port is bound: the agent answers at once.
-        async with (
-            aiohttp.ClientSession() as session,
-            session.get(agent.url + "/.well-known/agent-card.json") as response,
-        ):
-            assert response.status == 200
-        yield agent
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 15)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        await asyncio.wait_for(reader, 5)
-
-
 def readme_curl() -> tuple[str, dict[str, str], dict[str, Any]]:
     """The README's mock-agent curl example: (URL, headers, JSON body)."""
     text = README.read_text(encoding="utf-8")
     section = text.split(f"## {MOCK_AGENT_SECTION}\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    (block,) = [b for b in blocks if "curl" in b and "SendMessage" in b]
-    words = shlex.split(block.replace("\\\n", " "))
+    (block,) = [b for b in blocks if "SendMessage" in b and "taskPushNotificationConfig" in b]
+    command = "\n".join(line for line in block.splitlines() if not line.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
     assert words[0] == "curl"
     url = next(w for w in words if w.startswith("http://"))
     headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
@@ -222,7 +145,7 @@ async def test_the_readme_curl_example_is_accepted_with_its_inline_config(
     assert set(inline) == {"url", "token"}
     assert headers["A2A-Version"] == "1.0" and headers["Content-Type"] == "application/json"
 
-    async with mock_agent(tmp_path) as agent:
+    async with mock_agent_process(tmp_path) as agent:
         answer = await post(agent.url + "/", headers, body)  # exactly as in the README
         assert "error" not in answer, answer
         task_id = answer["result"]["task"]["id"]
@@ -243,7 +166,7 @@ async def test_the_readme_curl_example_is_accepted_with_its_inline_config(
 async def test_the_readme_body_pushes_signed_webhooks_with_its_token(tmp_path: Path) -> None:
     _, headers, body = readme_curl()
     token = body["params"]["configuration"]["taskPushNotificationConfig"]["token"]
-    async with WebhookSink() as sink, mock_agent(tmp_path) as agent:
+    async with WebhookSink() as sink, mock_agent_process(tmp_path) as agent:
         answer = await post(agent.url + "/", headers, with_webhook(body, sink.url("/webhook")))
         assert "error" not in answer, answer
         await sink.wait_for(4, timeout=20)  # roll: task, working, dice-result, completed
@@ -254,7 +177,10 @@ async def test_a_failing_webhook_is_logged_as_retried_then_dead_lettered(
     tmp_path: Path,
 ) -> None:
     _, headers, body = readme_curl()
-    async with WebhookSink() as sink, mock_agent(tmp_path, "--retry-schedule", "0.2") as agent:
+    async with (
+        WebhookSink() as sink,
+        mock_agent_process(tmp_path, "--retry-schedule", "0.2") as agent,
+    ):
         sink.set_default("/down", 503)
         down = sink.url("/down")
         answer = await post(agent.url + "/", headers, with_webhook(body, down))

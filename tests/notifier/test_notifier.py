@@ -30,6 +30,7 @@ from a2a_push.errors import (
     UnsafeURLError,
 )
 from a2a_push.notifier import TRUNCATED_FLAG, PushNotifier, Retention
+from a2a_push.protocol.constants import A2A_MEDIA_TYPE, webhook_media_type
 from a2a_push.protocol.types import (
     Artifact,
     AuthenticationInfo,
@@ -221,6 +222,24 @@ async def test_v03_configs_get_the_v03_task(make_notifier: MakeNotifier, sink: W
     assert r.header("A2A-Version") == "0.3"
     body = json.loads(r.body)
     assert body["kind"] == "task" and body["status"]["state"] == "working"
+
+
+async def test_each_config_gets_the_media_type_of_its_protocol_version(
+    make_notifier: MakeNotifier, sink: WebhookSink
+) -> None:
+    # v0.3 senders and receivers speak application/json; a v0.3 config got
+    # application/a2a+json, which v0.3 receivers may refuse (415).
+    n = await make_notifier()
+    await n.register_config(hook(sink, "/v10"), owner="o", task_id="t1")
+    await n.register_config(hook(sink, "/v03"), owner="o", task_id="t1", protocol_version="0.3")
+    await n.publish("t1", status("t1", TaskState.WORKING), task=task("t1", TaskState.WORKING))
+    await sink.wait_for(2)
+    [v10] = sink.on("/v10")
+    [v03] = sink.on("/v03")
+    assert (v10.header("Content-Type"), v10.header("A2A-Version")) == (A2A_MEDIA_TYPE, "1.0")
+    assert (v03.header("Content-Type"), v03.header("A2A-Version")) == ("application/json", "0.3")
+    assert webhook_media_type("0.3") == "application/json"
+    assert webhook_media_type("1.0") == A2A_MEDIA_TYPE
 
 
 async def test_oversized_events_are_sent_slimmed_and_flagged(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
@@ -77,9 +78,14 @@ def snap(
         final=state in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED"),
         status_timestamp=ts,
         generation=generation,
-        task={"id": task, "contextId": "ctx", "status": {"state": state}},
+        task={"id": task, "contextId": "ctx", "status": {"state": state, "timestamp": ts}},
         updated_at=float(generation),
     )
+
+
+def at(second: int) -> str:
+    """A status timestamp: snapshots that differ only by when they were fetched are one."""
+    return f"2026-01-01T00:00:{second:02d}Z"
 
 
 async def test_adding_the_same_clients_subscription_twice_returns_the_first(
@@ -231,6 +237,54 @@ async def test_snapshots_never_go_backwards(store: ReceiverStore) -> None:
     assert current is not None and current.state == "TASK_STATE_COMPLETED" and current.final
 
 
+async def test_an_unchanged_snapshot_is_not_a_new_event(store: ReceiverStore) -> None:
+    await store.add_subscription(sub())
+    first = await store.save_snapshot(snap(1))
+    assert first is not None
+    assert await store.save_snapshot(snap(1)) is None  # the same fetch result twice
+    # A later fetch seeing the same task: still no event, but the stored generation
+    # moves on, so a fetch that started before it cannot overwrite it.
+    assert await store.save_snapshot(snap(4)) is None
+    stored = await store.get_snapshot(AGENT, "t1")
+    assert stored is not None and stored.generation == 4 and stored.updated_at == 1.0
+    assert await store.save_snapshot(snap(3, "TASK_STATE_INPUT_REQUIRED")) is None
+    assert [e.id for e in await store.events_for_client("alice", after=0)] == [first.id]
+    changed = await store.save_snapshot(snap(5, "TASK_STATE_COMPLETED"))
+    assert changed is not None and changed.id > first.id
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_workers_storing_one_snapshot_at_once_log_one_event(
+    kind: str, tmp_path: Path
+) -> None:
+    # Two workers (two stores on one database) fetched the same task and stored it at
+    # once: the SSE stream sent it twice, with consecutive event ids.
+    if kind == "postgres":
+        from receiver.postgres_store import PostgresReceiverStore
+
+        schema = postgres_schema()
+        workers: list[ReceiverStore] = [
+            PostgresReceiverStore(require_postgres(), schema=schema) for _ in range(2)
+        ]
+    else:
+        workers = [make_store("sqlite", tmp_path) for _ in range(2)]
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        await workers[0].add_subscription(sub())
+        for generation, state in ((1, "TASK_STATE_WORKING"), (2, "TASK_STATE_COMPLETED")):
+            saved = await asyncio.gather(
+                *(workers[i % 2].save_snapshot(snap(generation, state)) for i in range(8))
+            )
+            assert len([e for e in saved if e is not None]) == 1, saved
+        for worker in workers:
+            events = await worker.events_for_client("alice", after=0)
+            assert [e.data["status"]["state"] for e in events] == [
+                "TASK_STATE_WORKING",
+                "TASK_STATE_COMPLETED",
+            ]
+
+
 async def test_clients_see_only_their_tasks_and_events(store: ReceiverStore) -> None:
     await store.add_subscription(sub("s1", client="alice", task="t1", digest="1"))
     await store.add_subscription(sub("s2", client="bob", task="t2", digest="2"))
@@ -271,9 +325,9 @@ async def test_purge_drops_old_history_but_keeps_each_tasks_newest_event(
     await store.add_subscription(sub("sub_2", task="t2", digest="d2"))
     await store.add_subscription(sub("sub_3", task="t3", digest="d3"))
     for generation in (1, 2, 3):  # events (and task rows) at times 1.0, 2.0, 3.0
-        assert await store.save_snapshot(snap(generation, task="t1")) is not None
+        assert await store.save_snapshot(snap(generation, ts=at(generation), task="t1"))
     for generation in (1, 2):
-        assert await store.save_snapshot(snap(generation, task="t2")) is not None
+        assert await store.save_snapshot(snap(generation, ts=at(generation), task="t2"))
     assert await store.save_snapshot(snap(1, task="t3")) is not None
     await store.delete_subscription("sub_2", now=50.0)  # t2's only subscription
     await store.delete_subscription("sub_3", now=500.0)  # deleted lately: kept

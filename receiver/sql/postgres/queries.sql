@@ -119,8 +119,16 @@ WHERE s.agent_url = f.agent_url AND s.task_id = f.task_id AND s.state = 'active'
   AND s.created_at < $4;
 
 -- name: lock_task
-SELECT final, status_timestamp, generation FROM receiver_tasks
+-- Whether the fetched task ($3) is byte for byte the stored one is decided here, under
+-- the row lock: then nothing is stored or logged (an unchanged snapshot is no event).
+SELECT final, status_timestamp, generation, snapshot = $3 AS unchanged FROM receiver_tasks
 WHERE agent_url = $1 AND task_id = $2 FOR UPDATE;
+
+-- name: raise_generation
+-- An unchanged snapshot from a later fetch: no new event, but an older fetch may no
+-- longer overwrite it.
+UPDATE receiver_tasks SET generation = $3
+WHERE agent_url = $1 AND task_id = $2 AND generation < $3;
 
 -- name: task_version
 SELECT final FROM receiver_tasks WHERE agent_url = $1 AND task_id = $2;

@@ -120,6 +120,18 @@ SELECT * FROM tasks WHERE agent_url = ? AND task_id = ?;
 -- name: task_version
 SELECT final, status_timestamp, generation FROM tasks WHERE agent_url = ? AND task_id = ?;
 
+-- name: current_task
+-- Read inside save_snapshot's write transaction: what supersedes() compares, and whether
+-- the fetched task is byte for byte the stored one (then nothing is stored or logged).
+SELECT final, status_timestamp, generation, snapshot = :snapshot AS unchanged
+FROM tasks WHERE agent_url = :agent_url AND task_id = :task_id;
+
+-- name: raise_generation
+-- An unchanged snapshot from a later fetch: no new event, but an older fetch may no
+-- longer overwrite it.
+UPDATE tasks SET generation = :generation
+WHERE agent_url = :agent_url AND task_id = :task_id AND generation < :generation;
+
 -- name: upsert_task
 INSERT INTO tasks (agent_url, task_id, context_id, state, final, status_timestamp, generation,
                    snapshot, updated_at)
