@@ -9,3 +9,20 @@ def endpoint_of(url: str) -> str:
     """``scheme://host:port`` of a webhook URL (the default port made explicit)."""
     u = URL(url)
     return f"{u.scheme}://{u.host}:{u.port}"
+
+
+def parse_endpoint(value: str) -> str:
+    """An endpoint as deliveries keep it (``scheme://host:port``), from what an operator
+    types to list deliveries by: an origin, or a URL (only its origin counts), with or
+    without the default port. ``ValueError`` naming what is expected otherwise."""
+    try:
+        url = URL(value)
+        port = url.port
+    except (ValueError, TypeError):
+        url, port = None, None
+    if url is None or url.scheme not in ("http", "https") or not url.host or port is None:
+        raise ValueError(
+            f"{value[:100]!r} is not an http(s) origin; write scheme://host[:port], "
+            "e.g. https://hooks.example.com"
+        )
+    return f"{url.scheme}://{url.host}:{port}"

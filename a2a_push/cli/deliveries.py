@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..endpoints import parse_endpoint
 from ..store import (
+    Attempt,
     Delivery,
     DeliveryFilter,
     DeliveryState,
@@ -45,6 +48,7 @@ def _cmd_deliveries_list(args: argparse.Namespace) -> int:
         state=DeliveryState(args.state) if args.state else None,
         task_id=args.task,
         config_key=args.config,
+        endpoint=args.endpoint,
         created_after=args.since,
         created_before=args.until,
         limit=args.limit,
@@ -121,10 +125,15 @@ def _cmd_deliveries_show(args: argparse.Namespace) -> int:
                 f"no delivery with id {args.id!r} in {store.location}; find ids with "
                 f"`{PROG} deliveries list`"
             )
+        attempts = await store.list_attempts(delivery.id)
         if args.json:
-            print(json.dumps(_delivery_json(delivery, with_body=True), indent=2))
+            data = _delivery_json(delivery, with_body=True)
+            data["attempts"] = [_attempt_json(a) for a in attempts]
+            print(json.dumps(data, indent=2))
         else:
-            _print_delivery(delivery, time.time())
+            now = time.time()
+            _print_delivery(delivery, now)
+            _print_attempts(attempts, now)
         return 0
 
     return run_with_store(args, work)
@@ -161,6 +170,83 @@ def _print_delivery(d: Delivery, now: float) -> None:
         print(json.dumps(parsed, indent=2, ensure_ascii=False))
 
 
+def _print_attempts(attempts: Sequence[Attempt], now: float) -> None:
+    print()
+    if not attempts:
+        print("attempts: none recorded")
+        return
+    print("attempts (oldest first):")
+    header = ("#", "STARTED", "TOOK", "ENDPOINT", "RESULT", "VERDICT", "RESPONSE")
+    rows = [
+        (
+            str(a.number),
+            utc(a.started_at),
+            _took(a.duration),
+            a.endpoint,
+            f"HTTP {a.status}" if a.status is not None else (a.error_class or "-"),
+            _verdict(a, now),
+            _excerpt(a.response),
+        )
+        for a in attempts
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    errors = [(a.number, a.error) for a in attempts if a.error]
+    for number, error in errors:
+        printable = "".join(c if c.isprintable() else "?" for c in error)
+        print(f"  #{number}: {printable}")
+
+
+def _took(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def _verdict(a: Attempt, now: float) -> str:
+    if a.verdict == "retry" and a.retry_at is not None:
+        return f"retry at {utc(a.retry_at)} ({ago(a.retry_at, now)})"
+    if a.verdict == "gone":
+        return "gone (410: config disabled)"
+    return a.verdict
+
+
+# How much of a response a table cell shows.
+_RESPONSE_WIDTH = 40
+
+
+def _excerpt(response: bytes) -> str:
+    if not response:
+        return "-"
+    """A response for a table cell: text as one line, else its size (never a control
+    character: the endpoint chose these bytes, and a terminal would obey them)."""
+    try:
+        text = response.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # The first KiB may end inside a character: that is still text.
+        if exc.start < len(response) - 3:
+            return f"({len(response)} bytes, not text)"
+        text = response[: exc.start].decode("utf-8")
+    if not all(c.isprintable() or c in "\r\n\t" for c in text):
+        return f"({len(response)} bytes, not text)"
+    return shorten(" ".join(text.split()), _RESPONSE_WIDTH)
+
+
+def _attempt_json(a: Attempt) -> dict[str, Any]:
+    return {
+        "number": a.number,
+        "started_at": utc_iso(a.started_at),
+        "duration": a.duration,
+        "endpoint": a.endpoint,
+        "verdict": a.verdict,
+        "status": a.status,
+        "error_class": a.error_class,
+        "error": a.error,
+        "retry_at": None if a.retry_at is None else utc_iso(a.retry_at),
+        "response": base64.b64encode(a.response).decode("ascii"),
+        "response_bytes": len(a.response),
+    }
+
+
 _NOT_JSON = object()
 
 
@@ -188,6 +274,7 @@ def _delivery_json(d: Delivery, *, with_body: bool = False) -> dict[str, Any]:
         "created_at": utc_iso(d.created_at),
         "updated_at": utc_iso(d.updated_at),
         "body_bytes": len(d.body),
+        "endpoint": d.endpoint,
     }
     if with_body:
         parsed = _parse_body(d.body)
@@ -201,7 +288,11 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
         raise CLIError("give either delivery IDs or --all-dead/--since/--until, not both", 2)
     if not args.ids and not by_filter:
         raise CLIError("nothing chosen: give delivery IDs, --all-dead, or --since/--until", 2)
-    for flag, given in (("--task", args.task), ("--config", args.config)):
+    for flag, given in (
+        ("--task", args.task),
+        ("--config", args.config),
+        ("--endpoint", args.endpoint),
+    ):
         if given and not by_filter:
             raise CLIError(f"{flag} applies only with --all-dead or --since/--until", 2)
     if args.since is not None and args.until is not None and args.since >= args.until:
@@ -217,6 +308,7 @@ def _cmd_deliveries_replay(args: argparse.Namespace) -> int:
                     state=DeliveryState.DEAD,
                     task_id=args.task,
                     config_key=args.config,
+                    endpoint=args.endpoint,
                     created_after=args.since,
                     created_before=args.until,
                 ),
@@ -272,6 +364,13 @@ async def _dead_by_id(store: Store, ids: Sequence[str]) -> list[str]:
     return chosen
 
 
+def _endpoint(text: str) -> str:
+    try:
+        return parse_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_store_generate_key(args: argparse.Namespace) -> int:
     print(generate_key())
     return 0
@@ -310,6 +409,13 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
     listing.add_argument("--task", metavar="ID", help="only deliveries of this task")
     listing.add_argument("--config", metavar="KEY", help="only deliveries to this config")
     listing.add_argument(
+        "--endpoint",
+        type=_endpoint,
+        metavar="ORIGIN",
+        help="only deliveries queued for this endpoint: scheme://host[:port] (a URL counts "
+        "by its origin)",
+    )
+    listing.add_argument(
         "--since", type=iso_time, metavar="ISO", help="only deliveries created at or after"
     )
     listing.add_argument(
@@ -324,7 +430,9 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
     listing.add_argument("--json", action="store_true", help="print a JSON array")
     listing.set_defaults(handler=_cmd_deliveries_list)
 
-    show = add_command(deliveries_commands, "show", "show one delivery with its body")
+    show = add_command(
+        deliveries_commands, "show", "show one delivery with its body and its attempts"
+    )
     show.add_argument("id", metavar="ID", help="the delivery id (the webhook-id header)")
     database_options(show)
     show.add_argument("--json", action="store_true", help="print a JSON object")
@@ -337,9 +445,9 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
         description="Put dead-lettered deliveries back in their queues as new. Replay only "
         "requeues them: a notifier or gateway running on the same database sends them.",
         epilog="Choose what to replay: delivery IDs, or --all-dead, or a creation window "
-        "(--since/--until); --task and --config narrow the last two. A delivery whose config "
-        "is disabled or deleted is not replayed. Times are ISO 8601; without an offset they "
-        "are UTC.",
+        "(--since/--until); --task, --config and --endpoint narrow the last two. A delivery "
+        "whose config is disabled or deleted is not replayed. Times are ISO 8601; without an "
+        "offset they are UTC.",
     )
     replay.add_argument("ids", nargs="*", metavar="ID", help="dead-lettered delivery ids")
     database_options(replay)
@@ -349,6 +457,12 @@ def add_commands(commands: Commands, env: Mapping[str, str]) -> None:
     replay.add_argument("--task", metavar="ID", help="only dead-lettered deliveries of this task")
     replay.add_argument(
         "--config", metavar="KEY", help="only dead-lettered deliveries to this config"
+    )
+    replay.add_argument(
+        "--endpoint",
+        type=_endpoint,
+        metavar="ORIGIN",
+        help="only dead-lettered deliveries queued for this endpoint (scheme://host[:port])",
     )
     replay.add_argument(
         "--since", type=iso_time, metavar="ISO", help="only ones created at or after this time"

@@ -9,7 +9,7 @@ Routes:
   are scoped to the agent and to the owner the agent names in ``X-A2A-Owner``.
 - ``GET /.well-known/jwks.json``: the keys every replica signs with (kept in the
   database).
-- ``/admin/...`` (admin key): deliveries (list, show, replay), endpoint health,
+- ``/admin/...`` (admin key): deliveries (list, show, attempts, replay), endpoint health,
   configs (disable, enable).
 - ``GET /metrics``, ``GET /healthz``.
 """
@@ -34,6 +34,7 @@ from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
+from a2a_push.endpoints import parse_endpoint
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
@@ -71,6 +72,8 @@ from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_sto
 from .schemas import (
     REPLAY_USAGE,
     AgentIdentity,
+    AttemptList,
+    AttemptView,
     BodyError,
     ConfigState,
     DeliveryList,
@@ -104,7 +107,10 @@ class Gateway:
         self.settings = settings
         keys = [k.get_secret_value() for k in settings.encryption_keys] or None
         self.state: GatewayState = open_gateway_state(settings.database_url, keys)
-        store = open_store(settings.database_url, StoreOptions(encryption_keys=keys))
+        store = open_store(
+            settings.database_url,
+            StoreOptions(encryption_keys=keys, attempt_history=settings.attempt_history),
+        )
         # A placeholder key set: start() adopts the keys stored in the database.
         self._keyset = KeySet.generate()
         self.notifier = PushNotifier(
@@ -403,7 +409,16 @@ def _router_message(exc: web.HTTPException, request: web.Request) -> str:
     return f"{asked}: {exc.reason}"
 
 
-_LIST_PARAMETERS: Final = ("state", "task", "config", "since", "until", "limit", "after")
+_LIST_PARAMETERS: Final = (
+    "state",
+    "task",
+    "config",
+    "endpoint",
+    "since",
+    "until",
+    "limit",
+    "after",
+)
 
 
 def _integer(name: str, text: str) -> int:
@@ -598,6 +613,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             created_at=getattr(d, "created_at", None),
             # A worker holds the delivery until then (in flight, or its worker died).
             leased_until=getattr(d, "leased_until", None),
+            endpoint=getattr(d, "endpoint", None),
         )
 
     async def list_deliveries(request: web.Request) -> web.Response:
@@ -614,6 +630,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             limit = _integer("limit", q.get("limit", "100"))
             since = _unix_time("since", q["since"]) if "since" in q else None
             until = _unix_time("until", q["until"]) if "until" in q else None
+            endpoint = _endpoint("endpoint", q["endpoint"]) if "endpoint" in q else None
         except ValueError as exc:
             return _error(400, "invalid", f"bad query parameter: {exc}")
         if not 1 <= limit <= 1000:
@@ -626,6 +643,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
                 state=state,
                 task_id=q.get("task"),
                 config_key=q.get("config"),
+                endpoint=endpoint,
                 created_after=since,
                 created_before=until,
                 limit=limit,
@@ -648,6 +666,21 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         if d is None:
             return _error(404, "not_found", "no such delivery")
         return web.json_response(_delivery(d).to_json())
+
+    async def show_attempts(request: web.Request) -> web.Response:
+        delivery_id = request.match_info["id"]
+        if not valid_task_id(delivery_id):
+            return _error(404, "not_found", "no such delivery")
+        store = gw.notifier.store
+        attempts = await store.list_attempts(delivery_id)
+        if not attempts and await store.get_delivery(delivery_id) is None:
+            return _error(404, "not_found", "no such delivery")
+        return web.json_response(
+            AttemptList(
+                attempts=[AttemptView.of(a) for a in attempts],
+                recording=store.options.attempt_history,
+            ).to_json()
+        )
 
     async def replay(request: web.Request) -> web.Response:
         try:
@@ -724,6 +757,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     route(app, "GET", JWKS_PATH, jwks, jwks_operation("max-age=60"))
     route(app, "GET", "/admin/deliveries", list_deliveries, _LIST_DELIVERIES)
     route(app, "GET", "/admin/deliveries/{id}", show_delivery, _SHOW_DELIVERY)
+    route(app, "GET", "/admin/deliveries/{id}/attempts", show_attempts, _SHOW_ATTEMPTS)
     route(app, "POST", "/admin/deliveries/replay", replay, _REPLAY)
     route(app, "GET", "/admin/endpoints", endpoints, _ENDPOINTS)
     route(app, "POST", "/admin/configs/{key}/{action:enable|disable}", set_config, _SET_CONFIG)
@@ -786,6 +820,12 @@ _LIST_DELIVERIES: Final = Operation(
         ),
         Param("task", "query", "only this task's"),
         Param("config", "query", "only this config's (its key)"),
+        Param(
+            "endpoint",
+            "query",
+            "only those queued for this endpoint: scheme://host[:port] (a URL counts by its "
+            "origin; the default port may be left out)",
+        ),
         Param("since", "query", "created at or after (Unix seconds)", schema={"type": "number"}),
         Param("until", "query", "created before (Unix seconds)", schema={"type": "number"}),
         Param(
@@ -813,6 +853,23 @@ _SHOW_DELIVERY: Final = Operation(
         401: _UNAUTHORIZED,
         404: refusal("no such delivery"),
         405: refusal("GET /admin/deliveries/replay: use POST", Allow="POST"),
+        503: UNAVAILABLE,
+    },
+)
+_SHOW_ATTEMPTS: Final = Operation(
+    summary="The attempts of one delivery, oldest first",
+    description=(
+        "Every HTTP attempt: when it started and how long it took, the endpoint's origin, "
+        "the HTTP status or the error class, the verdict, and the first 1 KiB of the answer "
+        "(base64, as received). Kept as long as the delivery."
+    ),
+    tags=("admin",),
+    security=_ADMIN,
+    params=(Param("id", "path", "the delivery id (msg_...)"),),
+    responses={
+        200: Body(AttemptList, "the delivery's attempts"),
+        401: _UNAUTHORIZED,
+        404: refusal("no such delivery"),
         503: UNAVAILABLE,
     },
 )
@@ -880,6 +937,13 @@ def openapi_document(app: web.Application) -> dict[str, Any]:
         security_schemes=SECURITY_SCHEMES,
         default_security=_AGENT,  # the push-config routes under /v1
     )
+
+
+def _endpoint(name: str, value: str) -> str:
+    try:
+        return parse_endpoint(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def _delivery_state(value: str) -> DeliveryState:

@@ -10,12 +10,14 @@ handlers serialize; both describe the API in its OpenAPI document (``/openapi.js
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from a2a_push.protocol.types import id_problem
+from a2a_push.store import ATTEMPT_ERROR_CLASSES, Attempt
 
 _UNIX_TIME: Final = "Unix seconds, e.g. 1767225600"
 
@@ -148,6 +150,57 @@ class DeliveryView(Answer):
     leased_until: float | None = Field(
         description="a worker holds it until then (in flight, or its worker died)"
     )
+    endpoint: str | None = Field(
+        default=None,
+        description="scheme://host:port the delivery was queued for (null: queued before "
+        "this was recorded)",
+    )
+
+
+class AttemptView(Answer):
+    """One HTTP attempt of a delivery."""
+
+    model_config = ConfigDict(title="Attempt")
+
+    number: int = Field(description="the delivery's attempt count after it (a replay restarts)")
+    started_at: float = Field(description=_UNIX_TIME)
+    duration: float = Field(description="seconds")
+    endpoint: str = Field(description="scheme://host:port (never the URL's path or query)")
+    verdict: Literal["delivered", "retry", "dead", "gone"]
+    status: int | None = Field(description="the HTTP status; null when there was no answer")
+    error_class: str | None = Field(
+        description="when there was no answer: " + ", ".join(ATTEMPT_ERROR_CLASSES)
+    )
+    error: str | None
+    retry_at: float | None = Field(description="for a retry: when the next attempt is due")
+    response: str = Field(
+        description="the first 1 KiB of the answer's body as received (never decompressed), "
+        "base64; credentials the receiver echoed are cut out"
+    )
+    response_bytes: int = Field(description="how many bytes response holds")
+
+    @classmethod
+    def of(cls, a: Attempt) -> AttemptView:
+        return cls(
+            number=a.number,
+            started_at=a.started_at,
+            duration=a.duration,
+            endpoint=a.endpoint,
+            verdict=a.verdict,
+            status=a.status,
+            error_class=a.error_class,
+            error=a.error,
+            retry_at=a.retry_at,
+            response=base64.b64encode(a.response).decode("ascii"),
+            response_bytes=len(a.response),
+        )
+
+
+class AttemptList(Answer):
+    """``GET /admin/deliveries/{id}/attempts``: the delivery's attempts, oldest first."""
+
+    attempts: list[AttemptView]
+    recording: bool = Field(description="whether this gateway records attempts (attempt_history)")
 
 
 class DeliveryList(Answer):

@@ -74,6 +74,11 @@ class GatewaySettings(_Model):
     )
     request_timeout: float = Field(default=15.0, gt=0, description="per webhook request")
     quick_attempts: int = Field(default=3, ge=1, description="in-process tries before rescheduling")
+    attempt_history: bool = Field(
+        default=True,
+        description="record every HTTP attempt of every delivery (the admin API's "
+        "/admin/deliveries/{id}/attempts); false records none",
+    )
     task_retention_days: float | None = Field(
         default=7.0,
         ge=0,

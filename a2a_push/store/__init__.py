@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .base import (
+    ATTEMPT_ERROR_CLASSES,
+    ATTEMPT_VERDICTS,
+    MAX_ATTEMPT_RESPONSE_BYTES,
+    Attempt,
+    AttemptVerdict,
     ConfigStore,
     Delivery,
     DeliveryFilter,
@@ -32,6 +37,11 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = [
+    "ATTEMPT_ERROR_CLASSES",
+    "ATTEMPT_VERDICTS",
+    "MAX_ATTEMPT_RESPONSE_BYTES",
+    "Attempt",
+    "AttemptVerdict",
     "ConfigStore",
     "Delivery",
     "DeliveryFilter",

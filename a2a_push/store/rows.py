@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SecretDecryptionError
-from .base import Delivery, DeliveryState, StoredConfig
+from .base import Attempt, Delivery, DeliveryState, StoredConfig
 from .secrets import SecretBox
 
 # A column for listings of deliveries (``FROM deliveries d``): when the lease on the
@@ -15,6 +15,9 @@ LEASED_UNTIL = (
     "AND l.task_id = d.task_id AND l.head_id = d.id AND l.lease_owner IS NOT NULL) "
     "AS leased_until"
 )
+
+
+_ATTEMPT_FIELDS = tuple(name for name in Attempt.__dataclass_fields__ if name != "response")
 
 
 class RowMapping:
@@ -87,6 +90,9 @@ class RowMapping:
     def _delivery_fields(
         row: Any, config: StoredConfig | None, config_error: str | None
     ) -> Delivery:
+        keys = row.keys()
+        if not isinstance(keys, list):  # asyncpg's is an iterator
+            keys = list(keys)
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
@@ -105,8 +111,15 @@ class RowMapping:
             config=config,
             config_error=config_error,
             # keys(): "in" on a sqlite3.Row looks among the values.
-            leased_until=row["leased_until"] if "leased_until" in row.keys() else None,  # noqa: SIM118
+            leased_until=row["leased_until"] if "leased_until" in keys else None,
+            endpoint=row["endpoint"] if "endpoint" in keys else None,
         )
+
+    @staticmethod
+    def _attempt_from_row(row: Any) -> Attempt:
+        """An ``attempts`` row (its columns are named as Attempt's fields)."""
+        fields = {name: row[name] for name in _ATTEMPT_FIELDS}
+        return Attempt(**fields, response=bytes(row["response"] or b""))
 
     def _claimed_from_row(self, row: Any) -> Delivery:
         """A delivery row joined with its config (``c_`` columns), as claims return it.

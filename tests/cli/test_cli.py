@@ -28,6 +28,7 @@ from a2a_push.ids import new_delivery_id
 from a2a_push.protocol.types import TaskState
 from a2a_push.signing import standard_webhooks, verify_webhook_jwt
 from a2a_push.store import (
+    Attempt,
     DeliveryState,
     Outcome,
     SQLiteStore,
@@ -106,13 +107,16 @@ class Outbox:
     config_key: str
 
 
-def _config(task_id: str, config_id: str) -> StoredConfig:
+ENDPOINT = "http://127.0.0.1:9"  # task-1's config's (task-2's is on port 10)
+
+
+def _config(task_id: str, config_id: str, port: int = 9) -> StoredConfig:
     return StoredConfig(
         key=uuid.uuid4().hex,
         id=config_id,
         task_id=task_id,
         owner="alice",
-        url="http://127.0.0.1:9/hook",
+        url=f"http://127.0.0.1:{port}/hook",
         token=SECRET_TOKEN,
         created_at=time.time(),
     )
@@ -121,7 +125,7 @@ def _config(task_id: str, config_id: str) -> StoredConfig:
 async def _prepare(path: Path, options: StoreOptions | None = None) -> Outbox:
     async with SQLiteStore(path, options) as store:
         first = await store.put_config(_config("task-1", "cfg-1"))
-        await store.put_config(_config("task-2", "cfg-2"))
+        await store.put_config(_config("task-2", "cfg-2", port=10))
 
         _, [dead] = await store.enqueue(
             "task-1",
@@ -130,8 +134,29 @@ async def _prepare(path: Path, options: StoreOptions | None = None) -> Outbox:
             new_id=new_delivery_id,
         )
         [claimed] = await store.claim_due(10, lease_seconds=30, worker_id="test")
+        started = claimed.created_at
+        tried = (
+            Attempt(claimed.id, 1, started, 5.0, ENDPOINT, "retry", None, "timeout",
+                    "RequestTimeout: POST http://127.0.0.1:9: no response in time\x1b[2J",
+                    started + 5.1),
+            Attempt(claimed.id, 2, started + 5.1, 0.012, ENDPOINT, "retry", 503,
+                    retry_at=started + 5.3, response=b'{"error": "busy,\n try later"}'),
+            Attempt(claimed.id, 3, started + 5.3, 1.5, ENDPOINT, "dead", 500,
+                    response=b"\x1b]0;owned\x07\x1b[31mred"),
+        )  # fmt: skip
         await store.complete(
-            [Outcome(claimed.id, claimed.config_key, claimed.task_id, "dead", 3, 500, "HTTP 500")]
+            [
+                Outcome(
+                    claimed.id,
+                    claimed.config_key,
+                    claimed.task_id,
+                    "dead",
+                    3,
+                    500,
+                    "HTTP 500",
+                    history=tried,
+                )
+            ]
         )
 
         _, [delivered] = await store.enqueue(
@@ -411,6 +436,11 @@ def test_deliveries_list_filters(cli: CLI, outbox: Outbox) -> None:
     assert ids("--task", "task-1", "--state", "delivered") == {outbox.delivered}
     assert ids("--task", "no-such-task") == set()
     assert ids("--until", "2000-01-01T00:00:00Z") == set()
+    assert ids("--endpoint", "http://127.0.0.1:9") == {outbox.dead, outbox.delivered}
+    assert ids("--endpoint", "http://127.0.0.1:10/any/path") == {outbox.pending}
+    assert ids("--endpoint", "https://127.0.0.1") == set()
+    line = one_line_error(cli("deliveries", "list", "--database", db, "--endpoint", "ftp://x"), 2)
+    assert "--endpoint" in line and "scheme://host[:port]" in line
     assert ids("--since", "2000-01-01T00:00:00") == {outbox.dead, outbox.delivered, outbox.pending}
 
 
@@ -467,6 +497,23 @@ def test_deliveries_show_gives_the_length_of_a_non_json_body(cli: CLI, outbox: O
     assert "due now" in _field(result.out, "next attempt")
 
 
+def test_deliveries_show_prints_the_attempts(cli: CLI, outbox: Outbox) -> None:
+    result = cli("deliveries", "show", outbox.dead, "--database", str(outbox.path))
+    assert result.code == 0
+    table = result.out.split("attempts (oldest first):\n", 1)[1].splitlines()
+    assert table[0].split() == ["#", "STARTED", "TOOK", "ENDPOINT", "RESULT", "VERDICT", "RESPONSE"]
+    first, second, third = table[1:4]
+    assert first.split()[0] == "1" and "5.0 s" in first and ENDPOINT in first
+    assert "timeout" in first and "retry at " in first and first.rstrip().endswith("-")
+    assert "12 ms" in second and "HTTP 503" in second and '{"error": "busy, try later"}' in second
+    assert "HTTP 500" in third and "dead" in third and "(18 bytes, not text)" in third
+    # The endpoint chose those bytes: no escape sequence reaches the terminal.
+    assert "\x1b" not in result.out and "\x07" not in result.out
+    assert "  #1: RequestTimeout: POST http://127.0.0.1:9: no response in time?[2J" in table
+    none = cli("deliveries", "show", outbox.pending, "--database", str(outbox.path))
+    assert "attempts: none recorded" in none.out
+
+
 def test_deliveries_show_json(cli: CLI, outbox: Outbox) -> None:
     db = str(outbox.path)
     shown = json.loads(cli("deliveries", "show", outbox.dead, "--database", db, "--json").out)
@@ -475,6 +522,13 @@ def test_deliveries_show_json(cli: CLI, outbox: Outbox) -> None:
     pending = json.loads(cli("deliveries", "show", outbox.pending, "--database", db, "--json").out)
     assert pending["body"] is None
     assert pending["body_bytes"] == 9
+    assert pending["attempts"] == [] and pending["endpoint"] == "http://127.0.0.1:10"
+    first, second, third = shown["attempts"]
+    assert first["error_class"] == "timeout" and first["status"] is None
+    assert first["started_at"].endswith("Z") and first["retry_at"].endswith("Z")
+    assert (second["status"], second["verdict"], second["response_bytes"]) == (503, "retry", 29)
+    assert base64.b64decode(second["response"]) == b'{"error": "busy,\n try later"}'
+    assert (third["verdict"], third["retry_at"], third["endpoint"]) == ("dead", None, ENDPOINT)
 
 
 def test_deliveries_show_unknown_id_fails(cli: CLI, outbox: Outbox) -> None:
@@ -905,10 +959,24 @@ def test_replay_by_config(cli: CLI, outbox: Outbox) -> None:
     assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
     # A key no config has is an error, not "nothing to replay".
     line = one_line_error(
+        cli("deliveries", "replay", outbox.dead, "--endpoint", ENDPOINT, "--database", db), 2
+    )
+    assert "--endpoint applies only with --all-dead" in line
+    line = one_line_error(
         cli("deliveries", "replay", "--all-dead", "--config", "nope", "--database", db), 1
     )
     assert "--config 'nope': no config with that key in the SQLite file" in line
     assert "deliveries list --json` (config_key)" in line
+
+
+def test_replay_by_endpoint(cli: CLI, outbox: Outbox) -> None:
+    db = str(outbox.path)
+    other = "http://127.0.0.1:10"
+    result = cli("deliveries", "replay", "--all-dead", "--endpoint", other, "--database", db)
+    assert "nothing to replay" in result.out
+    result = cli("deliveries", "replay", "--all-dead", "--endpoint", ENDPOINT, "--database", db)
+    assert "replayed 1 dead-lettered delivery;" in result.out
+    assert state_of(outbox.path, outbox.dead) is DeliveryState.PENDING
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
     async with live(app) as base, aiohttp.ClientSession() as session:
         doc = await fetch_document(session, base)
         assert documented(doc) == served(app)
-        assert len(documented(doc)) == 32
+        assert len(documented(doc)) == 34
         check = Checker(doc)
 
         async with session.get(base + "/v1/agent", headers=agent) as resp:
@@ -144,6 +144,10 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
             base + "/admin/deliveries/" + deliveries[0]["id"], headers=admin
         ) as resp:
             await check.answer(resp, "GET", "/admin/deliveries/{id}")
+        async with session.get(
+            base + "/admin/deliveries/" + deliveries[0]["id"] + "/attempts", headers=admin
+        ) as resp:
+            await check.answer(resp, "GET", "/admin/deliveries/{id}/attempts")
         async with session.get(base + "/admin/deliveries?limit=0", headers=admin) as resp:
             await check.answer(resp, "GET", "/admin/deliveries")
         async with session.post(
@@ -172,7 +176,7 @@ async def test_the_gateway_documents_every_route_it_serves(tmp_path: Path) -> No
         async with session.get(base + "/metrics") as resp:
             assert resp.status == 200 and resp.content_type == "text/plain"
             assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
-    assert len(check.checked) == 19  # (method, path, status) answers checked
+    assert len(check.checked) == 20  # (method, path, status) answers checked
 
 
 async def test_a_route_without_an_operation_cannot_be_served_undocumented(
