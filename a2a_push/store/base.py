@@ -235,6 +235,18 @@ class ConfigStore(abc.ABC):
     async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
         """Enable or disable a config. Disabling dead-letters its pending deliveries."""
 
+    @abc.abstractmethod
+    async def list_all_configs(
+        self, *, enabled: bool | None = None, after_key: str | None = None, limit: int = 100
+    ) -> list[StoredConfig]:
+        """Configs of every task and owner, by key (keyset paging: keys after
+        ``after_key``); only enabled or only disabled ones when ``enabled`` says so.
+        For operators (the console); secrets are read too, as everywhere in the store."""
+
+    @abc.abstractmethod
+    async def count_configs(self, *, enabled: bool | None = None) -> int:
+        """How many configs there are (only enabled or disabled ones when given)."""
+
 
 class Outbox(abc.ABC):
     """Durable delivery queue, FIFO per (config, task), claimed under leases."""

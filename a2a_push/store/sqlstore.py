@@ -241,6 +241,17 @@ class SQLStore(RowMapping, Store, abc.ABC):
         rows = await self._fetch("enabled_task_configs", task_id)
         return [self._config_from_row(r) for r in rows]
 
+    async def list_all_configs(
+        self, *, enabled: bool | None = None, after_key: str | None = None, limit: int = 100
+    ) -> list[StoredConfig]:
+        check_page_size(limit)
+        rows = await self._fetch("all_configs_page", enabled, after_key or "", limit)
+        return [self._config_from_row(r) for r in rows]
+
+    async def count_configs(self, *, enabled: bool | None = None) -> int:
+        row = await self._fetchrow("count_configs", enabled)
+        return int(row[0]) if row is not None else 0
+
     async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
         async def op(tx: Tx) -> bool:
             task_id = await tx.fetchval("config_task", key)

@@ -47,6 +47,15 @@ SELECT * FROM configs WHERE key = ?1;
 -- name: configs_page
 SELECT * FROM configs WHERE task_id = ?1 AND owner = ?2 AND id > ?3 ORDER BY id LIMIT ?4;
 
+-- name: all_configs_page
+-- Every task's configs by key, for operators; ?1: only enabled (true) or disabled
+-- (false) ones, or all (NULL).
+SELECT * FROM configs WHERE (?1 IS NULL OR enabled = ?1) AND key > ?2
+ORDER BY key LIMIT ?3;
+
+-- name: count_configs
+SELECT count(*) FROM configs WHERE (?1 IS NULL OR enabled = ?1);
+
 -- name: config_url
 SELECT url FROM configs WHERE key = ?1;
 
