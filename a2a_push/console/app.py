@@ -31,6 +31,7 @@ from aiohttp import web
 from ..delivery.health import BreakerState, EndpointHealth
 from ..delivery.webhook import webhook_headers
 from ..endpoints import endpoint_of
+from ..openapi import Body, Operation, Param, refusal, route
 from ..protocol.constants import (
     HEADER_AUTHORIZATION,
     HEADER_NOTIFICATION_TOKEN,
@@ -42,6 +43,8 @@ from .auth import COOKIE, LOGIN_COOKIE, Session, Sessions
 from .html import Markup, h, href, join, pretty_json, table, when
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 PAGE_SIZE: Final = 50
 REPLAY_ALL_LIMIT: Final = 10_000
@@ -129,25 +132,57 @@ class Console:
         self.prefix = prefix
         p = prefix
         get, post = self._page, self._action
-        routes = [
-            web.get(p, self._slash),
-            web.get(f"{p}/", get(self.overview)),
-            web.get(f"{p}/overview.json", self._api(self.overview_json)),
-            web.get(f"{p}/login", self.login_form),
-            web.post(f"{p}/login", self.login),
-            web.post(f"{p}/logout", post(self.logout)),
-            web.get(f"{p}/deliveries", get(self.deliveries)),
-            web.get(f"{p}/deliveries/{{id}}", get(self.delivery)),
-            web.get(f"{p}/dead", get(self.dead_letters)),
-            web.post(f"{p}/dead/replay", post(self.replay_one)),
-            web.get(f"{p}/dead/replay-all", get(self.replay_all_confirm)),
-            web.post(f"{p}/dead/replay-all", post(self.replay_all)),
-            web.get(f"{p}/endpoints", get(self.endpoints)),
-            web.get(f"{p}/configs", get(self.configs)),
-            web.post(f"{p}/configs/{{key}}/{{action:enable|disable}}", post(self.set_config)),
-            web.get(f"{p}/static/{{name}}", self.static),
+        pages: list[tuple[str, str, Handler, str]] = [
+            ("GET", p, self._slash, "redirects to the console's overview"),
+            ("GET", f"{p}/", get(self.overview), "the overview"),
+            ("GET", f"{p}/login", self.login_form, "the sign-in form"),
+            ("POST", f"{p}/login", self.login, "sign in with an admin key (form)"),
+            ("POST", f"{p}/logout", post(self.logout), "sign out"),
+            ("GET", f"{p}/deliveries", get(self.deliveries), "deliveries, filtered and paged"),
+            ("GET", f"{p}/deliveries/{{id}}", get(self.delivery), "one delivery and its attempts"),
+            ("GET", f"{p}/dead", get(self.dead_letters), "dead letters"),
+            ("POST", f"{p}/dead/replay", post(self.replay_one), "replay one dead letter"),
+            ("GET", f"{p}/dead/replay-all", get(self.replay_all_confirm), "confirm a replay"),
+            ("POST", f"{p}/dead/replay-all", post(self.replay_all), "replay matching dead letters"),
+            ("GET", f"{p}/endpoints", get(self.endpoints), "endpoints: breakers, latency"),
+            ("GET", f"{p}/configs", get(self.configs), "configs"),
+            (
+                "POST",
+                f"{p}/configs/{{key}}/{{action:enable|disable}}",
+                post(self.set_config),
+                "enable or disable a config",
+            ),
         ]
-        app.router.add_routes(routes)
+        for method, path, handler, summary in pages:
+            route(app, method, path, handler, _page_operation(summary, path))
+        route(
+            app,
+            "GET",
+            f"{p}/overview.json",
+            self._api(self.overview_json),
+            Operation(
+                "the overview's figures, for the console's script",
+                {200: Body({"type": "object"}, "figures"), 401: refusal("not signed in")},
+                tags=("console",),
+                security=(),
+            ),
+        )
+        route(
+            app,
+            "GET",
+            f"{p}/static/{{name}}",
+            self.static,
+            Operation(
+                "the console's stylesheet and script",
+                {
+                    200: Body(None, "the file", media_types=("text/css", "text/javascript")),
+                    404: refusal("no such file"),
+                },
+                tags=("console",),
+                security=(),
+                params=(Param("name", "path", "console.css or console.js"),),
+            ),
+        )
 
     async def _slash(self, request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound(f"{self.prefix}/")
@@ -201,7 +236,9 @@ class Console:
                 )
             if not _same_origin(request):
                 return self._message(
-                    403, "Refused", "The request came from another site: nothing was changed.",
+                    403,
+                    "Refused",
+                    "The request came from another site: nothing was changed.",
                     session,
                 )
             try:
@@ -219,7 +256,8 @@ class Console:
                 return web.json_response({"error": "not_found"}, status=404)
             if self._session(request) is None:
                 return web.json_response(
-                    {"error": "unauthorized", "message": "sign in to the console"}, status=401,
+                    {"error": "unauthorized", "message": "sign in to the console"},
+                    status=401,
                     headers={"Cache-Control": "no-store"},
                 )
             return web.json_response(await handler(request), headers={"Cache-Control": "no-store"})
@@ -249,10 +287,10 @@ class Console:
         )
         return self._html(status, self._layout(title, session, body))
 
-    def _html(self, status: int, text: str, headers: Mapping[str, str] | None = None) -> web.Response:
-        response = web.Response(
-            status=status, text=text, content_type="text/html", charset="utf-8"
-        )
+    def _html(
+        self, status: int, text: str, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        response = web.Response(status=status, text=text, content_type="text/html", charset="utf-8")
         response.headers.update(SECURITY_HEADERS)
         if headers:
             response.headers.update(headers)
@@ -275,7 +313,11 @@ class Console:
             nav = h(
                 "nav",
                 None,
-                h("ul", None, [h("li", None, h("a", {"href": url}, label)) for label, url in links]),
+                h(
+                    "ul",
+                    None,
+                    [h("li", None, h("a", {"href": url}, label)) for label, url in links],
+                ),
                 h(
                     "form",
                     {"method": "post", "action": f"{p}/logout", "class": "logout"},
@@ -292,7 +334,10 @@ class Console:
                     "head",
                     None,
                     h("meta", {"charset": "utf-8"}),
-                    h("meta", {"name": "viewport", "content": "width=device-width, initial-scale=1"}),
+                    h(
+                        "meta",
+                        {"name": "viewport", "content": "width=device-width, initial-scale=1"},
+                    ),
                     h("title", None, f"{title} · {self.source.name} console"),
                     h("link", {"rel": "stylesheet", "href": f"{p}/static/console.css"}),
                     h("script", {"src": f"{p}/static/console.js", "defer": True}),
@@ -300,7 +345,12 @@ class Console:
                 h(
                     "body",
                     {"data-prefix": p},
-                    h("header", None, h("span", {"class": "brand"}, f"{self.source.name} console"), nav),
+                    h(
+                        "header",
+                        None,
+                        h("span", {"class": "brand"}, f"{self.source.name} console"),
+                        nav,
+                    ),
                     h("main", None, h("h1", None, title), body),
                 ),
             ),
@@ -308,7 +358,9 @@ class Console:
         return str(document)
 
     def _csrf(self, session: Session) -> Markup:
-        return h("input", {"type": "hidden", "name": "csrf", "value": self.sessions.csrf_token(session)})
+        return h(
+            "input", {"type": "hidden", "name": "csrf", "value": self.sessions.csrf_token(session)}
+        )
 
     def _cookie_secure(self, request: web.Request) -> bool:
         if self.secure_cookies is not None:
@@ -327,7 +379,9 @@ class Console:
 
     # ---- sign-in ----------------------------------------------------------------------
 
-    async def login_form(self, request: web.Request, *, status: int = 200, error: str | None = None) -> web.Response:
+    async def login_form(
+        self, request: web.Request, *, status: int = 200, error: str | None = None
+    ) -> web.Response:
         if not self.enabled:
             return self._off()
         nonce, token = self.sessions.login_token()
@@ -446,14 +500,21 @@ class Console:
         def tile(label: str, name: str, value: object, link: str | None = None) -> Markup:
             shown = h("a", {"href": link}, value) if link else value
             return h(
-                "div", {"class": "tile"}, h("span", {"class": "label"}, label),
+                "div",
+                {"class": "tile"},
+                h("span", {"class": "label"}, label),
                 h("span", {"class": "value", "data-field": name}, shown),
             )
 
         tiles = h(
             "div",
             {"class": "tiles", "id": "overview", "data-src": f"{p}/overview.json"},
-            tile("Queue depth (pending)", "pending", data["pending"], href(f"{p}/deliveries", {"state": "pending"})),
+            tile(
+                "Queue depth (pending)",
+                "pending",
+                data["pending"],
+                href(f"{p}/deliveries", {"state": "pending"}),
+            ),
             tile("Due now", "due", data["due"]),
             tile("In flight", "inFlight", data["inFlight"]),
             tile("Dead letters", "dead", data["dead"], f"{p}/dead"),
@@ -463,7 +524,12 @@ class Console:
                 len(breakers) if breakers is not None else "unknown",
                 f"{p}/endpoints",
             ),
-            tile("Disabled configs", "disabledConfigs", data["disabledConfigs"], href(f"{p}/configs", {"enabled": "no"})),
+            tile(
+                "Disabled configs",
+                "disabledConfigs",
+                data["disabledConfigs"],
+                href(f"{p}/configs", {"enabled": "no"}),
+            ),
         )
         age = data["oldestPendingAge"]
         return self._ok(
@@ -474,7 +540,11 @@ class Console:
                 "p",
                 {"class": "note"},
                 "Oldest pending delivery: ",
-                h("span", {"data-field": "oldestPendingAge"}, _duration(age) if age is not None else "none"),
+                h(
+                    "span",
+                    {"data-field": "oldestPendingAge"},
+                    _duration(age) if age is not None else "none",
+                ),
                 ". Refreshes every 5 s with JavaScript on; reload otherwise.",
             ),
             h("h2", None, "Attempts over the last hour"),
@@ -483,7 +553,9 @@ class Console:
 
     # ---- deliveries -------------------------------------------------------------------
 
-    def _filter(self, query: Mapping[str, str], *, state: DeliveryState | None = None) -> tuple[DeliveryFilter, dict[str, str]]:
+    def _filter(
+        self, query: Mapping[str, str], *, state: DeliveryState | None = None
+    ) -> tuple[DeliveryFilter, dict[str, str]]:
         given = {
             name: query.get(name, "").strip()
             for name in ("task", "config", "endpoint", "state", "since", "until")
@@ -518,7 +590,15 @@ class Console:
                 "label",
                 None,
                 label,
-                h("input", {"type": kind, "name": name, "value": given.get(name, ""), "placeholder": placeholder or None}),
+                h(
+                    "input",
+                    {
+                        "type": kind,
+                        "name": name,
+                        "value": given.get(name, ""),
+                        "placeholder": placeholder or None,
+                    },
+                ),
             )
 
         state = given.get("state", "")
@@ -565,7 +645,14 @@ class Console:
         links = [h("a", {"href": href(path, given)}, "First page")]
         if len(found) > PAGE_SIZE:
             links.append(
-                h("a", {"href": href(path, {**given, "after": found[PAGE_SIZE - 1].id}), "rel": "next"}, "Next page")
+                h(
+                    "a",
+                    {
+                        "href": href(path, {**given, "after": found[PAGE_SIZE - 1].id}),
+                        "rel": "next",
+                    },
+                    "Next page",
+                )
             )
         return h("p", {"class": "pager"}, links)
 
@@ -589,7 +676,9 @@ class Console:
         store = self.source.store
         d = await store.get_delivery(request.match_info["id"])
         if d is None:
-            return self._message(404, "Not found", "No delivery has that id (it may have been purged).", session)
+            return self._message(
+                404, "Not found", "No delivery has that id (it may have been purged).", session
+            )
         config = await store.get_config_by_key(d.config_key)
         attempts = await store.list_attempts(d.id)
         siblings = await store.list_deliveries(DeliveryFilter(task_id=d.task_id, limit=201))
@@ -633,13 +722,28 @@ class Console:
         return self._ok(
             f"Delivery {d.id}",
             session,
-            h("dl", {"class": "facts"}, [join(h("dt", None, k), h("dd", None, v)) for k, v in facts]),
+            h(
+                "dl",
+                {"class": "facts"},
+                [join(h("dt", None, k), h("dd", None, v)) for k, v in facts],
+            ),
             actions,
             h("h2", None, "Attempts"),
             table(
-                ["#", "Started", "Took", "Endpoint", "Status / error", "Verdict", "Error", "Response (first 1 KiB)"],
+                [
+                    "#",
+                    "Started",
+                    "Took",
+                    "Endpoint",
+                    "Status / error",
+                    "Verdict",
+                    "Error",
+                    "Response (first 1 KiB)",
+                ],
                 attempt_rows,
-                empty="No attempt yet." if d.attempts == 0 else "No attempt history kept for this delivery.",
+                empty="No attempt yet."
+                if d.attempts == 0
+                else "No attempt history kept for this delivery.",
             ),
             h("h2", None, "Webhook headers as sent"),
             h("pre", {"class": "headers"}, "\n".join(f"{k}: {v}" for k, v in headers.items())),
@@ -650,7 +754,14 @@ class Console:
                 ["Delivery", "Config", "Seq", "Kind", "State", "Attempts"],
                 [
                     [
-                        h("a", {"href": f"{p}/deliveries/{s.id}", "aria-current": "page" if s.id == d.id else None}, s.id),
+                        h(
+                            "a",
+                            {
+                                "href": f"{p}/deliveries/{s.id}",
+                                "aria-current": "page" if s.id == d.id else None,
+                            },
+                            s.id,
+                        ),
                         s.config_key,
                         s.seq,
                         s.kind,
@@ -689,7 +800,11 @@ class Console:
             h(
                 "p",
                 None,
-                h("a", {"href": href(f"{p}/dead/replay-all", given), "class": "button"}, "Replay all that match…"),
+                h(
+                    "a",
+                    {"href": href(f"{p}/dead/replay-all", given), "class": "button"},
+                    "Replay all that match…",
+                ),
             )
             if found
             else ""
@@ -736,7 +851,11 @@ class Console:
         p = self.prefix
         described = ", ".join(f"{k} {v}" for k, v in given.items() if v) or "no filter"
         if not ids:
-            return self._ok("Replay dead letters", session, h("p", None, f"No dead letter matches ({described}): nothing to replay."))
+            return self._ok(
+                "Replay dead letters",
+                session,
+                h("p", None, f"No dead letter matches ({described}): nothing to replay."),
+            )
         capped = len(ids) >= REPLAY_ALL_LIMIT
         return self._ok(
             "Replay dead letters",
@@ -751,7 +870,11 @@ class Console:
                 "form",
                 {"method": "post", "action": f"{p}/dead/replay-all"},
                 self._csrf(session),
-                [h("input", {"type": "hidden", "name": k, "value": v}) for k, v in given.items() if v],
+                [
+                    h("input", {"type": "hidden", "name": k, "value": v})
+                    for k, v in given.items()
+                    if v
+                ],
                 h("input", {"type": "hidden", "name": "expected", "value": len(ids)}),
                 h("button", {"type": "submit"}, f"Replay {len(ids)}"),
                 " ",
@@ -774,8 +897,20 @@ class Console:
         return self._ok(
             "Replayed",
             session,
-            h("p", {"class": "message"}, f"Replayed {replayed} dead letter{'s' if replayed != 1 else ''}{note}."),
-            h("p", None, h("a", {"href": href(f"{self.prefix}/deliveries", {**given, "state": "pending"})}, "Watch them")),
+            h(
+                "p",
+                {"class": "message"},
+                f"Replayed {replayed} dead letter{'s' if replayed != 1 else ''}{note}.",
+            ),
+            h(
+                "p",
+                None,
+                h(
+                    "a",
+                    {"href": href(f"{self.prefix}/deliveries", {**given, "state": "pending"})},
+                    "Watch them",
+                ),
+            ),
         )
 
     async def replay_one(self, request: web.Request, session: Session) -> web.StreamResponse:
@@ -820,7 +955,9 @@ class Console:
             rows.append(
                 [
                     h("a", {"href": href(f"{p}/deliveries", {"endpoint": name})}, name),
-                    h("span", {"class": f"breaker {state.value}"}, state.value) if state else "unknown",
+                    h("span", {"class": f"breaker {state.value}"}, state.value)
+                    if state
+                    else "unknown",
                     (load or {}).get(name, 0) if load is not None else "unknown",
                     s.attempts if s else 0,
                     f"{100 * s.succeeded / s.attempts:.1f} %" if s and s.attempts else "—",
@@ -846,7 +983,9 @@ class Console:
             raise BadInput("enabled: yes, no, or leave it out")
         enabled = None if not enabled_q else enabled_q == "yes"
         after = request.query.get("after") or None
-        found = await self.source.store.list_all_configs(enabled=enabled, after_key=after, limit=PAGE_SIZE + 1)
+        found = await self.source.store.list_all_configs(
+            enabled=enabled, after_key=after, limit=PAGE_SIZE + 1
+        )
         p = self.prefix
         rows = []
         for c in found[:PAGE_SIZE]:
@@ -862,7 +1001,11 @@ class Console:
                     c.disabled_reason or "",
                     h(
                         "form",
-                        {"method": "post", "action": f"{p}/configs/{c.key}/{action}", "class": "inline"},
+                        {
+                            "method": "post",
+                            "action": f"{p}/configs/{c.key}/{action}",
+                            "class": "inline",
+                        },
                         self._csrf(session),
                         h("button", {"type": "submit"}, action.capitalize()),
                     ),
@@ -880,7 +1023,17 @@ class Console:
             pager = h(
                 "p",
                 {"class": "pager"},
-                h("a", {"href": href(f"{p}/configs", {"enabled": enabled_q, "after": found[PAGE_SIZE - 1].key}), "rel": "next"}, "Next page"),
+                h(
+                    "a",
+                    {
+                        "href": href(
+                            f"{p}/configs",
+                            {"enabled": enabled_q, "after": found[PAGE_SIZE - 1].key},
+                        ),
+                        "rel": "next",
+                    },
+                    "Next page",
+                ),
             )
         return self._ok(
             "Configs",
@@ -901,7 +1054,9 @@ class Console:
             key, enabled, None if enabled else "disabled by an operator (console)"
         )
         if not changed:
-            return self._message(404, "Not found", "No config has that key (it may have been deleted).", session)
+            return self._message(
+                404, "Not found", "No config has that key (it may have been deleted).", session
+            )
         log.info("console: %sd config %s", action, key)
         if enabled and self.source.wake is not None:
             self.source.wake()
@@ -909,6 +1064,30 @@ class Console:
 
 
 # ---- helpers --------------------------------------------------------------------------
+
+
+def _page_operation(summary: str, path: str) -> Operation:
+    """A console page in the OpenAPI document: HTML for people, not an API."""
+    params = tuple(
+        Param(name, "path", f"the {name}") for name in ("id", "key", "action") if "{" + name in path
+    )
+    return Operation(
+        f"console: {summary}",
+        {
+            200: Body(None, "an HTML page", media_types=("text/html",)),
+            303: Body(None, "a redirect (to the sign-in form, or after an action)", media_types=()),
+            400: Body(None, "a page saying what was wrong", media_types=("text/html",)),
+            401: Body(None, "signed out: a page saying so", media_types=("text/html",)),
+            403: Body(
+                None, "no CSRF token, or another site: a page saying so", media_types=("text/html",)
+            ),
+            404: Body(None, "not found, or the console is off", media_types=("text/html",)),
+        },
+        description="A page of the delivery console (docs/console.md); sign in with an admin key.",
+        tags=("console",),
+        params=params,
+        security=(),
+    )
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -924,7 +1103,12 @@ def _same_origin(request: web.Request) -> bool:
 
 def _next_path(value: str | None, prefix: str) -> str:
     """Where to go after signing in: only a path under the console (never another site)."""
-    if value and value.startswith(prefix + "/") and not value.startswith("//") and "\\" not in value:
+    if (
+        value
+        and value.startswith(prefix + "/")
+        and not value.startswith("//")
+        and "\\" not in value
+    ):
         return value
     return prefix + "/"
 
@@ -1001,9 +1185,33 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
         down = (height - mid - 10) * s["failed"] / bottom
         label = time.strftime("%H:%M", time.gmtime(s["at"]))
         if up:
-            bars.append(h("rect", {"class": "ok", "x": f"{x:.1f}", "y": f"{mid - up:.1f}", "width": f"{bar * 0.8:.1f}", "height": f"{up:.1f}"}, h("title", None, f"{label}: {s['delivered']} delivered")))
+            bars.append(
+                h(
+                    "rect",
+                    {
+                        "class": "ok",
+                        "x": f"{x:.1f}",
+                        "y": f"{mid - up:.1f}",
+                        "width": f"{bar * 0.8:.1f}",
+                        "height": f"{up:.1f}",
+                    },
+                    h("title", None, f"{label}: {s['delivered']} delivered"),
+                )
+            )
         if down:
-            bars.append(h("rect", {"class": "fail", "x": f"{x:.1f}", "y": f"{mid:.1f}", "width": f"{bar * 0.8:.1f}", "height": f"{down:.1f}"}, h("title", None, f"{label}: {s['failed']} failed")))
+            bars.append(
+                h(
+                    "rect",
+                    {
+                        "class": "fail",
+                        "x": f"{x:.1f}",
+                        "y": f"{mid:.1f}",
+                        "width": f"{bar * 0.8:.1f}",
+                        "height": f"{down:.1f}",
+                    },
+                    h("title", None, f"{label}: {s['failed']} failed"),
+                )
+            )
     total_ok = sum(s["delivered"] for s in series)
     total_fail = sum(s["failed"] for s in series)
     return h(
@@ -1011,7 +1219,12 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
         {"class": "chart"},
         h(
             "svg",
-            {"id": "chart", "viewBox": f"0 0 {width} {height}", "role": "img", "aria-label": "attempts per minute"},
+            {
+                "id": "chart",
+                "viewBox": f"0 0 {width} {height}",
+                "role": "img",
+                "aria-label": "attempts per minute",
+            },
             h("line", {"x1": 0, "x2": width, "y1": mid, "y2": mid, "class": "axis"}),
             bars,
         ),

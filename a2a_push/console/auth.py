@@ -52,7 +52,9 @@ class Session:
 class Sessions:
     """Opens and checks console sessions for a set of admin keys."""
 
-    def __init__(self, admin_keys: Iterable[str], *, session_seconds: float = DEFAULT_SESSION_SECONDS):
+    def __init__(
+        self, admin_keys: Iterable[str], *, session_seconds: float = DEFAULT_SESSION_SECONDS
+    ):
         self._digests = sorted({key_digest(k) for k in admin_keys})
         if session_seconds <= 0:
             raise ValueError("session_seconds must be positive")
