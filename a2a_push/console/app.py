@@ -441,7 +441,7 @@ class Console:
             return await self.login_form(
                 request, status=401, error="That is not an admin key. Nothing was changed."
             )
-        cookie, session = self.sessions.open(key_id)
+        cookie, _ = self.sessions.open(key_id)
         next_raw = form.get("next")
         target = _next_path(next_raw if isinstance(next_raw, str) else None, self.prefix)
         response = web.HTTPSeeOther(target)
