@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import A2APushError
-from . import configs, deliveries, endpoints, keys, send_test
+from . import configs, console, deliveries, endpoints, keys, send_test
 from .common import (
     ENV_DATABASE,
     ENV_ENCRYPTION_KEYS,
@@ -41,6 +41,7 @@ environment variables (a flag given on the command line wins):
                             --keys-dir)
   {ENV_ISSUER}           the JWT issuer for `send-test` (--issuer)
   A2A_PUSH_GATEWAY_KEY      the agent's gateway API key for `mock-agent` (--gateway-key)
+  A2A_PUSH_CONSOLE_ADMIN_KEY  the admin key `console` signs in with (--admin-key)
   A2A_GATEWAY_ADMIN_KEY     a gateway admin key for `endpoints` (--admin-key); else the
                             first of A2A_GATEWAY_ADMIN_KEYS, the gateway's own variable
 
@@ -145,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     endpoints.add_commands(commands, env)
     configs.add_commands(commands, env)
     deliveries.add_commands(commands, env)
+    console.add_commands(commands, env)
     send_test.add_commands(commands, env)
 
     version = add_command(commands, "version", "print the version")
