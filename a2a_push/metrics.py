@@ -24,6 +24,7 @@ from prometheus_client import (
 )
 
 from .openapi import Body, Operation, route
+from .store.base import ATTEMPT_ERROR_CLASSES, ATTEMPT_VERDICTS
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15)
 # Enqueue to 2xx, retries included: the default schedule waits about 5 s, 5 min, 30 min,
@@ -69,6 +70,18 @@ class Metrics:
             "a2a_push_attempts_total",
             "HTTP attempts by result class: 2xx, 3xx, 4xx, 5xx, timeout, connect_error, refused",
             ["result"],
+            registry=r,
+        )
+        self.attempt_verdicts = Counter(
+            "a2a_push_attempt_verdicts_total",
+            "HTTP attempts by what they meant for the delivery: delivered, retry, dead, gone",
+            ["verdict"],
+            registry=r,
+        )
+        self.attempt_errors = Counter(
+            "a2a_push_attempt_errors_total",
+            "HTTP attempts without an answer, by error class: " + ", ".join(ATTEMPT_ERROR_CLASSES),
+            ["error_class"],
             registry=r,
         )
         self.attempt_latency = Histogram(
@@ -122,6 +135,8 @@ class Metrics:
             (self.events_published, EVENT_KINDS),
             (self.deliveries, DELIVERY_OUTCOMES),
             (self.attempts, ATTEMPT_RESULTS),
+            (self.attempt_verdicts, ATTEMPT_VERDICTS),
+            (self.attempt_errors, ATTEMPT_ERROR_CLASSES),
             (self.configs_disabled, DISABLE_REASONS),
             (self.breakers, BREAKER_STATES),
         ):

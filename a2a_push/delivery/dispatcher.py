@@ -26,11 +26,32 @@ from yarl import URL
 
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
 from ..metrics import Metrics
+from ..protocol.constants import (
+    HEADER_AUTHORIZATION,
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_SIGNATURE,
+    HEADER_WEBHOOK_SIGNATURE,
+)
 from ..signing import WebhookSigner
-from ..store import Delivery, Outcome, Store, StoredConfig
+from ..store import (
+    MAX_ATTEMPT_RESPONSE_BYTES,
+    Attempt,
+    AttemptVerdict,
+    Delivery,
+    Outcome,
+    Store,
+    StoredConfig,
+)
 from .health import EndpointHealth, endpoint_of
 from .retry import RetryPolicy, Verdict, classify, parse_retry_after
-from .transport import AddressRefused, ConnectError, HTTPResult, RequestTimeout, Transport
+from .transport import (
+    AddressRefused,
+    ConnectError,
+    HTTPResult,
+    RequestTimeout,
+    Transport,
+    TransportError,
+)
 from .webhook import webhook_headers
 
 log = logging.getLogger("a2a_push.dispatcher")
@@ -446,6 +467,7 @@ class Dispatcher:
         was due and could be leased at once."""
         attempts = delivery.attempts
         first_round = delivery.rounds == 0
+        tried: list[_Tried] = []  # this claim's HTTP attempts, for the attempt history
         # All of this claim's waits for an endpoint slot share one budget, so the claim
         # ends before its lease (see the lease check in the notifier).
         started = time.monotonic()
@@ -459,7 +481,7 @@ class Dispatcher:
                 raise _EndpointBusy
             try:
                 attempts += 1
-                return await self._post(delivery, config)
+                return await self._post(delivery, config, tried)
             finally:
                 self._release_endpoint_slot(endpoint)
 
@@ -521,6 +543,7 @@ class Dispatcher:
         status = result.status if isinstance(result, HTTPResult) else None
         error = _describe(result)
 
+        sent = _Sent(endpoint, tried)
         nxt: Delivery | None = None
         if verdict is Verdict.DELIVERED:
             self.health.record_success(endpoint)
@@ -531,6 +554,7 @@ class Dispatcher:
                 status=status,
                 clear_failing=config.failing_since is not None,
                 claim_next=claim_next and not self._stopping,
+                sent=sent,
             )
             self.metrics.end_to_end_latency.observe(max(0.0, now - delivery.created_at))
         elif verdict is Verdict.GONE:
@@ -542,6 +566,8 @@ class Dispatcher:
                 status=status,
                 error=error,
                 disable="receiver answered 410 Gone",
+                sent=sent,
+                verdict="gone",
             )
             self.metrics.configs_disabled.labels("gone").inc()
         elif verdict is Verdict.DEAD:
@@ -549,10 +575,10 @@ class Dispatcher:
                 self.health.record_success(endpoint)  # it answered: reachable, just refusing
             else:
                 self.health.record_failure(endpoint)
-            await self._finish(delivery, "dead", attempts, status=status, error=error)
+            await self._finish(delivery, "dead", attempts, status=status, error=error, sent=sent)
         else:
             self.health.record_failure(endpoint)
-            await self._reschedule(delivery, config, attempts, result, status, error, now)
+            await self._reschedule(delivery, config, attempts, result, status, error, now, sent)
             return None
         self.metrics.deliveries.labels(verdict.value).inc()
         return nxt
@@ -566,6 +592,7 @@ class Dispatcher:
         status: int | None,
         error: str,
         now: float,
+        sent: _Sent,
     ) -> None:
         failing_since = config.failing_since or now
         if now - failing_since >= self.options.disable_after:
@@ -576,6 +603,7 @@ class Dispatcher:
                 status=status,
                 error=error,
                 disable=f"failing without a success since {time.ctime(failing_since)}",
+                sent=sent,
             )
             self.metrics.configs_disabled.labels("failing").inc()
             self.metrics.deliveries.labels("dead").inc()
@@ -589,6 +617,7 @@ class Dispatcher:
                 attempts,
                 status=status,
                 error=f"retries exhausted; last: {error}",
+                sent=sent,
             )
             self.metrics.deliveries.labels("dead").inc()
             return
@@ -604,30 +633,86 @@ class Dispatcher:
             config_failing_since=None if config.failing_since else now,
             config_url=config.url,
             worker_id=self.worker_id,
+            history=self._history(delivery, sent, "retry", now + delay),
         )
         with _bookkeeping():
             await self.store.complete([outcome])
+        self._count_verdicts(sent, "retry")
         self.metrics.deliveries.labels("retry").inc()
         self._log_outcome(delivery, outcome)
 
-    async def _post(self, delivery: Delivery, config: StoredConfig) -> HTTPResult:
+    async def _post(
+        self, delivery: Delivery, config: StoredConfig, tried: list[_Tried]
+    ) -> HTTPResult:
         headers = webhook_headers(delivery, config, self.signer)
+        started_at = time.time()
         started = time.perf_counter()
         try:
             result = await self.transport.post(config.url, delivery.body, headers)
-        except RequestTimeout:
-            self.metrics.attempts.labels("timeout").inc()
+        except TransportError as exc:
+            took = time.perf_counter() - started
+            self.metrics.attempt_latency.observe(took)
+            if isinstance(exc, RequestTimeout):
+                self.metrics.attempts.labels("timeout").inc()
+            elif isinstance(exc, AddressRefused):
+                self.metrics.attempts.labels("refused").inc()
+            elif isinstance(exc, ConnectError):
+                self.metrics.attempts.labels("connect_error").inc()
+            error_class = exc.error_class
+            self.metrics.attempt_errors.labels(error_class).inc()
+            # Strings only: the exception's traceback holds this frame (a cycle).
+            tried.append(_Tried(started_at, took, None, error_class, _describe(exc)))
             raise
-        except AddressRefused:
-            self.metrics.attempts.labels("refused").inc()
-            raise
-        except ConnectError:
-            self.metrics.attempts.labels("connect_error").inc()
-            raise
-        finally:
-            self.metrics.attempt_latency.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.attempt_latency.observe(took)
         self.metrics.attempts.labels(f"{result.status // 100}xx").inc()
+        response = b""
+        if result.body and self._history_on:
+            response = _redacted(result.body, headers, config)
+        tried.append(_Tried(started_at, took, result.status, None, None, response))
         return result
+
+    @property
+    def _history_on(self) -> bool:
+        return self.store.options.attempt_history
+
+    def _history(
+        self,
+        delivery: Delivery,
+        sent: _Sent | None,
+        verdict: AttemptVerdict,
+        retry_at: float | None = None,
+    ) -> tuple[Attempt, ...]:
+        """The claim's attempts for the attempt history: each but the last was followed
+        by another quick attempt (a retry at its start); the last ends as the outcome
+        does."""
+        if sent is None or not sent.tried or not self._history_on:
+            return ()
+        tried = sent.tried
+        last = len(tried) - 1
+        return tuple(
+            Attempt(
+                delivery_id=delivery.id,
+                number=delivery.attempts + 1 + i,
+                started_at=t.started_at,
+                duration=t.duration,
+                endpoint=sent.endpoint,
+                verdict=verdict if i == last else "retry",
+                status=t.status,
+                error_class=t.error_class,
+                error=t.error,
+                retry_at=retry_at if i == last else tried[i + 1].started_at,
+                response=t.response,
+            )
+            for i, t in enumerate(tried)
+        )
+
+    def _count_verdicts(self, sent: _Sent | None, verdict: AttemptVerdict) -> None:
+        if sent is None or not sent.tried:
+            return
+        if len(sent.tried) > 1:
+            self.metrics.attempt_verdicts.labels("retry").inc(len(sent.tried) - 1)
+        self.metrics.attempt_verdicts.labels(verdict).inc()
 
     async def _defer(self, delivery: Delivery, until: float) -> None:
         outcome = Outcome(
@@ -654,7 +739,12 @@ class Dispatcher:
         disable: str | None = None,
         clear_failing: bool = False,
         claim_next: bool = False,
+        sent: _Sent | None = None,
+        verdict: AttemptVerdict | None = None,
     ) -> Delivery | None:
+        """Record a delivered or dead outcome; ``sent``: the claim's HTTP attempts, the
+        last of which ends with ``verdict`` (default: ``kind``)."""
+        verdict = verdict or ("delivered" if kind == "delivered" else "dead")
         outcome = Outcome(
             delivery.id,
             delivery.config_key,
@@ -667,6 +757,7 @@ class Dispatcher:
             clear_config_failing=clear_failing,
             config_url=delivery.config.url if delivery.config is not None else None,
             worker_id=self.worker_id,
+            history=self._history(delivery, sent, verdict),
         )
         with _bookkeeping():
             if claim_next:
@@ -676,6 +767,7 @@ class Dispatcher:
             else:
                 await self.store.complete([outcome])
                 nxt = None
+        self._count_verdicts(sent, verdict)
         if kind == "dead" or attempts > 1:
             self._log_outcome(delivery, outcome)
         return nxt
@@ -795,6 +887,65 @@ def _endpoint_or_none(delivery: Delivery) -> str | None:
 
 class _EndpointBusy(Exception):
     """The endpoint's in-flight cap and its waiting queue are both full."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tried:
+    """One HTTP attempt as it happened, before its verdict is known."""
+
+    started_at: float
+    duration: float
+    status: int | None
+    error_class: str | None
+    error: str | None
+    response: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A claim's HTTP attempts, all to one endpoint (scheme://host:port)."""
+
+    endpoint: str
+    tried: list[_Tried]
+
+
+_CREDENTIAL_HEADERS: Final = (
+    HEADER_AUTHORIZATION,
+    HEADER_SIGNATURE,
+    HEADER_NOTIFICATION_TOKEN,
+    HEADER_WEBHOOK_SIGNATURE,
+)
+_REDACTED: Final = b"[redacted]"
+
+
+def _redacted(body: bytes, headers: dict[str, str], config: StoredConfig) -> bytes:
+    """The first KiB of an answer's body for the attempt history, with what the request
+    carried that must not be stored cut out should the receiver echo it: its
+    credentials (token, authorization, signatures, the JWT) and the URL's path and
+    query. Cut after the redaction, so that no secret is kept in part."""
+    secrets: set[str] = set()
+    for name in _CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if value:
+            secrets.add(value)
+            secrets.update(part for part in value.split(" ") if len(part) >= 8)
+    for value in (config.token, config.auth_credentials):
+        if value:
+            secrets.add(value)
+    try:
+        url = URL(config.url)
+        for part in (url.raw_path_qs, url.path_qs, url.raw_query_string, url.query_string):
+            if part and part != "/":
+                secrets.add(part)
+        if len(url.raw_path) > 1:
+            secrets.add(url.raw_path)
+    except (ValueError, TypeError):
+        pass
+    for secret in sorted(secrets, key=len, reverse=True):  # the longest first
+        encoded = secret.encode("utf-8", "replace")
+        if encoded in body:
+            body = body.replace(encoded, _REDACTED)
+    return body[:MAX_ATTEMPT_RESPONSE_BYTES]
 
 
 def _describe(result: HTTPResult | BaseException) -> str:

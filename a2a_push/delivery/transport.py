@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,10 +87,16 @@ class TransportError(A2APushError):
     """
 
     default_retryable: bool = True
+    # Why there was no response, for the attempt history and its metric (one of
+    # a2a_push.store.ATTEMPT_ERROR_CLASSES).
+    default_error_class: str = "connect"
 
-    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool | None = None, error_class: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = self.default_retryable if retryable is None else retryable
+        self.error_class = self.default_error_class if error_class is None else error_class
 
 
 class ConnectError(TransportError):
@@ -99,11 +106,14 @@ class ConnectError(TransportError):
 class RequestTimeout(TransportError):
     """The connect or total time limit ran out."""
 
+    default_error_class = "timeout"
+
 
 class AddressRefused(TransportError):
     """The URL guard refused the destination (SSRF policy or an invalid URL); not retryable."""
 
     default_retryable = False
+    default_error_class = "ssrf"
 
 
 class Transport:
@@ -269,10 +279,16 @@ class Transport:
             if refused is not None:
                 failure = AddressRefused(f"POST {_origin(target)} refused: {refused.message}")
             else:
-                failure = ConnectError(f"POST {_origin(target)} failed: {describe(exc)}")
+                failure = ConnectError(
+                    f"POST {_origin(target)} failed: {describe(exc)}",
+                    error_class=connect_error_class(exc),
+                )
             refused = None
         except OSError as exc:
-            failure = ConnectError(f"POST {_origin(target)} failed: {describe(exc)}")
+            failure = ConnectError(
+                f"POST {_origin(target)} failed: {describe(exc)}",
+                error_class=connect_error_class(exc),
+            )
         try:
             raise failure
         finally:
@@ -309,6 +325,28 @@ async def _read_prefix(stream: aiohttp.StreamReader, limit: int, chunks: list[by
             remaining -= len(chunk)
     except (aiohttp.ClientError, TimeoutError):
         pass
+
+
+def connect_error_class(exc: BaseException) -> str:
+    """The error class of a failure to get an answer other than a time-out or a refusal
+    by the URL guard: dns, tls, refused (nothing listens), reset (the connection broke
+    off before the answer), else connect."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "dns"
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls"
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "refused"
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | ConnectionResetError
+        | BrokenPipeError,
+    ) or isinstance(cause, ConnectionResetError):
+        return "reset"
+    return "connect"
 
 
 def _origin(url: URL) -> str:

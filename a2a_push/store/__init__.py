@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .base import (
+    ATTEMPT_ERROR_CLASSES,
+    ATTEMPT_VERDICTS,
+    MAX_ATTEMPT_RESPONSE_BYTES,
+    Attempt,
+    AttemptVerdict,
     ConfigStore,
     Delivery,
     DeliveryFilter,
@@ -31,6 +36,11 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = [
+    "ATTEMPT_ERROR_CLASSES",
+    "ATTEMPT_VERDICTS",
+    "MAX_ATTEMPT_RESPONSE_BYTES",
+    "Attempt",
+    "AttemptVerdict",
     "ConfigStore",
     "Delivery",
     "DeliveryFilter",

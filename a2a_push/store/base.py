@@ -79,6 +79,48 @@ class Delivery:
     # Filled in by get_delivery() and list_deliveries(): when the lease a worker holds
     # on it ends (a claimed delivery is in flight, or its worker died), else None.
     leased_until: float | None = None
+    # The config's endpoint (scheme://host:port) when the delivery was queued; None for
+    # a delivery queued before this was recorded.
+    endpoint: str | None = None
+
+
+AttemptVerdict = Literal["delivered", "retry", "dead", "gone"]
+"""What an attempt meant for its delivery: delivered, to be retried at ``retry_at``,
+dead-lettered, or dead-lettered because the receiver answered 410 Gone."""
+
+ATTEMPT_VERDICTS: tuple[AttemptVerdict, ...] = ("delivered", "retry", "dead", "gone")
+
+ATTEMPT_ERROR_CLASSES = ("timeout", "refused", "reset", "dns", "tls", "ssrf", "connect", "error")
+"""Why an attempt got no HTTP answer: the time limit ran out; the connection was refused;
+it was reset or closed before the answer; the host name did not resolve; the TLS
+handshake or certificate failed; the URL guard refused the address (SSRF policy); any
+other connection failure; anything else."""
+
+MAX_ATTEMPT_RESPONSE_BYTES = 1024
+"""How much of an answer's body an attempt keeps (as received: never decompressed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One HTTP attempt of a delivery, as the attempt history keeps it.
+
+    ``endpoint`` is the URL's origin alone (``scheme://host:port``): a webhook URL's
+    path and query often hold its secret, and are never stored here. ``response`` is the
+    first :data:`MAX_ATTEMPT_RESPONSE_BYTES` of the answer's body, as received, with the
+    request's own credentials cut out should the receiver echo them.
+    """
+
+    delivery_id: str
+    number: int  # the delivery's attempt count after it (1 is the first; a replay restarts)
+    started_at: float  # Unix seconds
+    duration: float  # seconds
+    endpoint: str
+    verdict: AttemptVerdict
+    status: int | None = None  # the HTTP status; None when there was no answer
+    error_class: str | None = None  # one of ATTEMPT_ERROR_CLASSES when there was none
+    error: str | None = None  # what went wrong, as the delivery's last_error says it
+    retry_at: float | None = None  # for a "retry": when the next attempt is due
+    response: bytes = field(default=b"", repr=False)
 
 
 OutcomeKind = Literal["delivered", "retry", "dead", "defer"]
@@ -113,6 +155,9 @@ class Outcome:
     config_failing_since: float | None = None
     clear_config_failing: bool = False
     config_url: str | None = None  # the URL the request went to
+    # The HTTP attempts this outcome ends (a claim may make several quick ones), recorded
+    # in the same transaction when the store keeps the attempt history.
+    history: tuple[Attempt, ...] = ()
     # (And one the store applies by itself: a "dead" outcome that leaves the config with
     # nothing pending stops its failure clock. The clock measures failing without a
     # break in the work: started again weeks later, an old clock would disable the
@@ -140,6 +185,9 @@ class DeliveryFilter:
     state: DeliveryState | None = None
     task_id: str | None = None
     config_key: str | None = None
+    # Only deliveries queued for this endpoint (scheme://host:port, the default port
+    # written out: see a2a_push.endpoints.endpoint_of).
+    endpoint: str | None = None
     created_after: float | None = None
     created_before: float | None = None
     limit: int = 100
@@ -170,6 +218,9 @@ class StoreOptions:
     # Secrets (token, credentials) are encrypted at rest with these Fernet keys; the first
     # encrypts, all decrypt (rotation). None: stored in clear (memory backend ignores it).
     encryption_keys: Sequence[str] | None = None
+    # Record every HTTP attempt of every delivery (Store.list_attempts), in the
+    # transaction that records its outcome; False records none.
+    attempt_history: bool = True
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -337,6 +388,11 @@ class Outbox(abc.ABC):
 
     @abc.abstractmethod
     async def list_deliveries(self, flt: DeliveryFilter) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    async def list_attempts(self, delivery_id: str) -> list[Attempt]:
+        """The delivery's recorded attempts, oldest first (empty for an unknown id, or
+        when the history is off). They go when the delivery is purged."""
 
     @abc.abstractmethod
     async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:

@@ -475,6 +475,7 @@ class PostgresStore(SQLStore):
             ("state = ${}", flt.state.value if flt.state is not None else None),
             ("task_id = ${}", flt.task_id),
             ("config_key = ${}", flt.config_key),
+            ("endpoint = ${}", flt.endpoint),
             ("created_at >= ${}", flt.created_after),
             ("created_at < ${}", flt.created_before),
             ("id > ${}", flt.after_id),
@@ -518,13 +519,25 @@ class _PostgresTx:
         self._store = store  # counts the round trips
         self.notified = False
 
-    async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
+    async def lock_tasks(
+        self,
+        task_ids: Sequence[str],
+        now: float | None = None,
+        attempts: Sequence[Sequence[Any]] = (),
+    ) -> float:
         """The tasks' transaction-scoped advisory locks; then the transaction's time:
         ``now``, or else the database server's clock once every lock is held (in the same
         statement: no extra round trip). Leases and due times written with it agree with
-        every other replica's claims, whatever the clock of this host says."""
+        every other replica's claims, whatever the clock of this host says. The
+        ``attempts`` are written by the same statement, as one array per column."""
         self._store.round_trips += 1
-        at: float = await self._conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
+        if attempts:
+            columns = [list(column) for column in zip(*attempts, strict=True)]
+            at: float = await self._conn.fetchval(
+                _Q["lock_tasks_recording_attempts"], _LOCK_TASK, list(task_ids), now, *columns
+            )
+        else:
+            at = await self._conn.fetchval(_Q["lock_tasks"], _LOCK_TASK, list(task_ids), now)
         return at
 
     def clock_shift(self, at: float, now: float | None) -> float:

@@ -87,6 +87,7 @@ class RowMapping:
     def _delivery_fields(
         row: Any, config: StoredConfig | None, config_error: str | None
     ) -> Delivery:
+        keys = row.keys()
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
@@ -105,7 +106,8 @@ class RowMapping:
             config=config,
             config_error=config_error,
             # keys(): "in" on a sqlite3.Row looks among the values.
-            leased_until=row["leased_until"] if "leased_until" in row.keys() else None,  # noqa: SIM118
+            leased_until=row["leased_until"] if "leased_until" in keys else None,
+            endpoint=row["endpoint"] if "endpoint" in keys else None,
         )
 
     def _claimed_from_row(self, row: Any) -> Delivery:

@@ -224,6 +224,7 @@ class SQLiteStore(SQLStore):
             # entries (there is no index by config; a deleted config's are scanned for).
             ("task_id = ?", await self._task_of_config(flt) if flt.task_id is None else None),
             ("config_key = ?", flt.config_key),
+            ("endpoint = ?", flt.endpoint),
             ("created_at >= ?", flt.created_after),
             ("created_at < ?", flt.created_before),
             ("id > ?", flt.after_id),
@@ -272,7 +273,14 @@ class _SQLiteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
+    async def lock_tasks(
+        self,
+        task_ids: Sequence[str],
+        now: float | None = None,
+        attempts: Sequence[Sequence[Any]] = (),
+    ) -> float:
+        if attempts:
+            self._conn.executemany(_Q["insert_attempt"], attempts)
         return time.time() if now is None else now
 
     def clock_shift(self, at: float, now: float | None) -> float:

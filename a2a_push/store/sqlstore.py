@@ -29,6 +29,8 @@ from typing import Any, Protocol, TypeVar
 from ..endpoints import endpoint_of
 from ..errors import SecretDecryptionError, StoreUnavailableError, TooManyConfigsError
 from .base import (
+    MAX_ATTEMPT_RESPONSE_BYTES,
+    Attempt,
     Delivery,
     DeliveryState,
     InitialDelivery,
@@ -62,10 +64,19 @@ class Tx(Protocol):
     # the lane's next delivery (lease_next_head) in one statement.
     fuses_finish_and_lease: bool
 
-    async def lock_tasks(self, task_ids: Sequence[str], now: float | None = None) -> float:
+    async def lock_tasks(
+        self,
+        task_ids: Sequence[str],
+        now: float | None = None,
+        attempts: Sequence[Sequence[Any]] = (),
+    ) -> float:
         """Serialize this transaction with every other one that reads and rewrites these
         tasks' configs, lanes or ``seq`` (a no-op for a single writer); returns the
-        transaction's time: ``now``, or else the clock due times and leases go by."""
+        transaction's time: ``now``, or else the clock due times and leases go by.
+
+        ``attempts``: rows of the attempt history (see :func:`attempt_rows`) to write in
+        this transaction, in the same statement where the backend can (no round trip of
+        their own)."""
 
     def clock_shift(self, at: float, now: float | None) -> float:
         """How far the clock of ``at`` (see :meth:`lock_tasks`) is ahead of this
@@ -400,9 +411,10 @@ class SQLStore(RowMapping, Store, abc.ABC):
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         if not outcomes:
             return
+        history = attempt_rows(outcomes) if self.options.attempt_history else ()
 
         async def op(tx: Tx) -> None:
-            at = await tx.lock_tasks([o.task_id for o in outcomes], now)
+            at = await tx.lock_tasks([o.task_id for o in outcomes], now, history)
             shift = tx.clock_shift(at, now)
             for o in outcomes:
                 await _apply_outcome(tx, o, at, shift=shift)
@@ -421,7 +433,8 @@ class SQLStore(RowMapping, Store, abc.ABC):
         if self._outcome_batches and now is None:
             row = await self._batcher().submit(item)
         else:
-            (row,) = await self._transaction(_chain_op([item], now), sync=False)
+            op = _chain_op([item], now, history=self.options.attempt_history)
+            (row,) = await self._transaction(op, sync=False)
         return None if row is None else self._claimed_from_row(row)
 
     # Outcomes that arrive while a transaction of them runs are written together in the
@@ -448,6 +461,25 @@ class SQLStore(RowMapping, Store, abc.ABC):
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         row = await self._fetchrow("delivery_by_id", delivery_id)
         return self._delivery_from_row(row) if row is not None else None
+
+    async def list_attempts(self, delivery_id: str) -> list[Attempt]:
+        rows = await self._fetch("delivery_attempts", delivery_id)
+        return [
+            Attempt(
+                delivery_id=row["delivery_id"],
+                number=row["number"],
+                started_at=row["started_at"],
+                duration=row["duration"],
+                endpoint=row["endpoint"],
+                verdict=row["verdict"],
+                status=row["status"],
+                error_class=row["error_class"],
+                error=row["error"],
+                retry_at=row["retry_at"],
+                response=bytes(row["response"] or b""),
+            )
+            for row in rows
+        ]
 
     async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:
         if not delivery_ids:
@@ -526,13 +558,39 @@ class _Chained:
     worker_id: str
 
 
-def _chain_op(items: Sequence[_Chained], now: float | None) -> Callable[[Tx], Awaitable[list[Any]]]:
+def attempt_rows(outcomes: Iterable[Outcome]) -> list[tuple[Any, ...]]:
+    """The outcomes' attempts as rows of the attempt history (the columns of the
+    ``insert_attempt`` query, in order), each response cut to its first KiB."""
+    return [
+        (
+            a.delivery_id,
+            a.number,
+            a.started_at,
+            a.duration,
+            a.endpoint,
+            a.verdict,
+            a.status,
+            a.error_class,
+            a.error,
+            a.retry_at,
+            a.response[:MAX_ATTEMPT_RESPONSE_BYTES],
+        )
+        for o in outcomes
+        for a in o.history
+    ]
+
+
+def _chain_op(
+    items: Sequence[_Chained], now: float | None, *, history: bool
+) -> Callable[[Tx], Awaitable[list[Any]]]:
     """The transaction that records each outcome in turn and leases each lane's next
-    delivery if it is due: one row (the delivery and its config) or None per item."""
+    delivery if it is due: one row (the delivery and its config) or None per item.
+    ``history``: also record the outcomes' attempts."""
+    rows = attempt_rows(item.outcome for item in items) if history else ()
 
     async def op(tx: Tx) -> list[Any]:
         # The leases run from the transaction's time once the locks are held.
-        at = await tx.lock_tasks([item.outcome.task_id for item in items], now)
+        at = await tx.lock_tasks([item.outcome.task_id for item in items], now, rows)
         shift = tx.clock_shift(at, now)
         heads = []
         for item in items:
@@ -580,7 +638,8 @@ class _ChainBatcher:
             del self._queue[: self.MAX_BATCH]
             items = [item for item, _ in batch]
             try:
-                rows = await self._store._transaction(_chain_op(items, None), sync=False)
+                op = _chain_op(items, None, history=self._store.options.attempt_history)
+                rows = await self._store._transaction(op, sync=False)
             except Exception as exc:
                 if len(batch) > 1 and not isinstance(exc, StoreUnavailableError):
                     await self._one_by_one(batch)
@@ -599,7 +658,8 @@ class _ChainBatcher:
     async def _one_by_one(self, batch: list[tuple[_Chained, asyncio.Future[Any]]]) -> None:
         for item, future in batch:
             try:
-                (row,) = await self._store._transaction(_chain_op([item], None), sync=False)
+                op = _chain_op([item], None, history=self._store.options.attempt_history)
+                (row,) = await self._store._transaction(op, sync=False)
             except Exception as exc:
                 self._settle(future, error=exc)
             else:
@@ -672,7 +732,7 @@ async def _fan_out(
     for key, version, endpoint in targets:
         delivery_id = new_id()
         ids.append(delivery_id)
-        rows.append((delivery_id, key, task_id, seq, kind, bodies[version], at))
+        rows.append((delivery_id, key, task_id, seq, kind, bodies[version], at, endpoint))
         lanes.append((key, task_id, delivery_id, at, endpoint))
     await tx.executemany("insert_delivery", rows)
     await tx.executemany("open_lane", lanes)

@@ -40,6 +40,30 @@ FROM (
     ) AS held
 ) AS done;
 
+-- name: lock_tasks_recording_attempts
+-- lock_tasks ($1-$3), and the attempts the transaction's outcomes end written in the
+-- same statement (no round trip of their own): $4-$14 are their columns, as arrays.
+-- None for a delivery purged since, and none twice (a batch written again one by one).
+WITH recorded AS (
+    INSERT INTO attempts (delivery_id, number, started_at, duration, endpoint, verdict,
+                          status, error_class, error, retry_at, response)
+    SELECT a.* FROM unnest($4::text[], $5::int[], $6::float8[], $7::float8[], $8::text[],
+                           $9::text[], $10::int[], $11::text[], $12::text[], $13::float8[],
+                           $14::bytea[])
+        AS a (delivery_id, number, started_at, duration, endpoint, verdict, status,
+              error_class, error, retry_at, response)
+    WHERE EXISTS (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id)
+    ON CONFLICT DO NOTHING
+)
+SELECT coalesce($3::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+FROM (
+    SELECT count(*) FROM (
+        SELECT pg_advisory_xact_lock($1::integer, h)
+        FROM (SELECT DISTINCT hashtext(t) AS h FROM unnest($2::text[]) AS t) AS locks
+        ORDER BY h
+    ) AS held
+) AS done;
+
 -- name: try_lock_task
 SELECT pg_try_advisory_xact_lock($1::integer, hashtext($2));
 
@@ -209,8 +233,8 @@ DELETE FROM configs WHERE task_id = ANY($1::text[]);
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7);
+                        next_attempt_at, created_at, updated_at, endpoint)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7, $8);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES ($1, $2, $3, $4, $5)
@@ -395,12 +419,19 @@ WHERE id = ANY ($2::text[]) AND state = 'dead' AND task_id = ANY ($3::text[])
 RETURNING config_key, task_id;
 
 -- name: purge_deliveries
--- Rows another transaction holds (a concurrent purge elsewhere) are skipped, not waited for.
-DELETE FROM deliveries WHERE id IN (
+-- Rows another transaction holds (a concurrent purge elsewhere) are skipped, not waited
+-- for. Their attempts go with them.
+WITH doomed AS (
     SELECT id FROM deliveries WHERE state = $1 AND updated_at < $2
     LIMIT $3
     FOR UPDATE SKIP LOCKED
-);
+), history AS (
+    DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM doomed)
+)
+DELETE FROM deliveries WHERE id IN (SELECT id FROM doomed);
+
+-- name: delivery_attempts
+SELECT * FROM attempts WHERE delivery_id = $1 ORDER BY started_at, number;
 
 -- name: next_due_at
 -- Seconds from now (the database server's clock) until then; negative when overdue.

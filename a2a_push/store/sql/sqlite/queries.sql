@@ -154,8 +154,8 @@ DELETE FROM configs WHERE task_id IN (SELECT value FROM json_each(?1));
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7);
+                        next_attempt_at, created_at, updated_at, endpoint)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7, ?8);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -300,6 +300,20 @@ DELETE FROM deliveries WHERE id IN (
     WHERE state = ?1 AND state != 'pending' AND updated_at < ?2
     LIMIT ?3
 );
+
+-- ---- the attempt history -----------------------------------------------------------
+
+-- name: insert_attempt
+-- One attempt, in the transaction of its outcome; none for a delivery purged since, and
+-- none twice (a batch written again op by op).
+INSERT INTO attempts (delivery_id, number, started_at, duration, endpoint, verdict, status,
+                      error_class, error, retry_at, response)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11
+WHERE EXISTS (SELECT 1 FROM deliveries WHERE id = ?1)
+ON CONFLICT DO NOTHING;
+
+-- name: delivery_attempts
+SELECT * FROM attempts WHERE delivery_id = ?1 ORDER BY started_at, number;
 
 -- name: next_due_at
 SELECT min(due_at) FROM lanes WHERE endpoint NOT IN (SELECT value FROM json_each(?1));
