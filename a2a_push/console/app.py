@@ -31,6 +31,8 @@ from aiohttp import web
 from ..delivery.health import BreakerState, EndpointHealth
 from ..delivery.webhook import webhook_headers
 from ..endpoints import endpoint_of
+from ..errors import StoreUnavailableError
+from ..ids import delivery_id_floor
 from ..openapi import Body, Operation, Param, refusal, route
 from ..protocol.constants import (
     HEADER_AUTHORIZATION,
@@ -206,6 +208,15 @@ class Console:
                 return await handler(request, session)
             except BadInput as exc:
                 return self._message(400, "Bad request", str(exc), session)
+            except StoreUnavailableError as exc:
+                return self._unavailable(exc, session)
+            except web.HTTPException:
+                raise
+            except Exception:
+                log.exception("console: failed answering %s %s", request.method, request.path)
+                return self._message(
+                    500, "Error", "The console failed to answer this; see the log.", session
+                )
 
         return page
 
@@ -245,6 +256,15 @@ class Console:
                 return await handler(request, session)
             except BadInput as exc:
                 return self._message(400, "Bad request", str(exc), session)
+            except StoreUnavailableError as exc:
+                return self._unavailable(exc, session)
+            except web.HTTPException:
+                raise
+            except Exception:
+                log.exception("console: failed answering %s %s", request.method, request.path)
+                return self._message(
+                    500, "Error", "The console failed to do this; see the log.", session
+                )
 
         return action
 
@@ -263,6 +283,18 @@ class Console:
             return web.json_response(await handler(request), headers={"Cache-Control": "no-store"})
 
         return api
+
+    def _unavailable(self, exc: Exception, session: Session | None) -> web.Response:
+        log.warning("console: the database is unavailable: %s", exc)
+        response = self._message(
+            503,
+            "Database unavailable",
+            "The database does not answer right now; nothing was changed. Try again in a "
+            "few seconds.",
+            session,
+        )
+        response.headers["Retry-After"] = "5"
+        return response
 
     def _off(self) -> web.Response:
         return self._html(
@@ -456,12 +488,12 @@ class Console:
         )
         response.del_cookie(LOGIN_COOKIE, path=self.prefix)
         log.info("console: signed in with admin key %s…", key_id[:8])
-        return response
+        raise response
 
     async def logout(self, request: web.Request, session: Session) -> web.StreamResponse:
         response = web.HTTPSeeOther(f"{self.prefix}/login")
         response.del_cookie(COOKIE, path=self.prefix)
-        return response
+        raise response
 
     # ---- overview ---------------------------------------------------------------------
 
@@ -572,15 +604,16 @@ class Console:
                 raise BadInput(
                     f"endpoint: {endpoint!r} is not a URL (give scheme://host[:port])"
                 ) from None
+        since = _time_input("since", given["since"])
         flt = DeliveryFilter(
             state=state,
             task_id=given["task"] or None,
             config_key=given["config"] or None,
             endpoint=endpoint,
-            created_after=_time_input("since", given["since"]),
+            created_after=since,
             created_before=_time_input("until", given["until"]),
             limit=PAGE_SIZE + 1,
-            after_id=query.get("after") or None,
+            after_id=_after(query.get("after") or None, since),
         )
         return flt, given
 
@@ -714,7 +747,9 @@ class Console:
                 a.status if a.status is not None else (a.error_class or ""),
                 h("span", {"class": f"verdict {a.verdict}"}, _verdict(a)),
                 a.error or "",
-                h("pre", {"class": "excerpt"}, a.response_excerpt) if a.response_excerpt else "",
+                h("pre", {"class": "excerpt"}, a.response.decode("utf-8", errors="replace"))
+                if a.response
+                else "",
             ]
             for a in attempts
         ]
@@ -944,7 +979,7 @@ class Console:
         now = time.time()
         stats = await self.source.store.endpoint_stats(since=now - 3600, now=now)
         health = self.source.health
-        breakers = health.states(now) if health is not None else {}
+        breakers = health.states() if health is not None else {}
         load = dict(self.source.in_flight()) if self.source.in_flight is not None else None
         names = sorted(set(stats) | set(breakers) | set(load or ()))
         p = self.prefix
@@ -1122,6 +1157,16 @@ def _time_input(name: str, value: str) -> float | None:
         except ValueError:
             continue
     raise BadInput(f"{name}: {value!r} is not a time; use YYYY-MM-DDTHH:MM (UTC)")
+
+
+def _after(after: str | None, since: float | None) -> str | None:
+    """The keyset position to list from: the page's, or the first id made at ``since``
+    (ids sort by creation: the primary key then finds the first page at once). A second
+    early: an id is made just before its delivery's created_at is read."""
+    if since is None:
+        return after
+    floor = delivery_id_floor(since - 1.0)
+    return max(after, floor) if after is not None else floor
 
 
 def _duration(seconds: float) -> str:

@@ -470,3 +470,16 @@ ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, ids = excluded.ids,
 DELETE FROM idempotency_keys WHERE key IN (
     SELECT key FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2
 );
+
+-- name: attempt_buckets
+-- Attempts from $1 to $3 per interval of $2 seconds (numbered from 0), delivered or not.
+SELECT floor((started_at - $1) / $2)::integer AS bucket,
+       count(*) FILTER (WHERE verdict = 'delivered') AS delivered,
+       count(*) FILTER (WHERE verdict <> 'delivered') AS failed
+FROM attempts WHERE started_at >= $1 AND started_at < $3
+GROUP BY bucket;
+
+-- name: recent_attempts
+SELECT endpoint, duration, verdict FROM attempts
+WHERE started_at >= $1 AND started_at < $2
+ORDER BY started_at DESC LIMIT $3;
