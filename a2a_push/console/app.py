@@ -61,7 +61,11 @@ SECURITY_HEADERS: Final = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-STATIC: Final = {"console.css": "text/css", "console.js": "text/javascript"}
+STATIC: Final = {
+    "console.css": "text/css",
+    "console.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 STATES: Final = ("pending", "delivered", "dead")
 REDACTED: Final = "[redacted]"
 
@@ -177,12 +181,12 @@ class Console:
             Operation(
                 "the console's stylesheet and script",
                 {
-                    200: Body(None, "the file", media_types=("text/css", "text/javascript")),
+                    200: Body(None, "the file", media_types=tuple(STATIC.values())),
                     404: refusal("no such file"),
                 },
                 tags=("console",),
                 security=(),
-                params=(Param("name", "path", "console.css or console.js"),),
+                params=(Param("name", "path", "console.css, console.js or favicon.svg"),),
             ),
         )
 
@@ -372,6 +376,7 @@ class Console:
                     ),
                     h("title", None, f"{title} · {self.source.name} console"),
                     h("link", {"rel": "stylesheet", "href": f"{p}/static/console.css"}),
+                    h("link", {"rel": "icon", "href": f"{p}/static/favicon.svg"}),
                     h("script", {"src": f"{p}/static/console.js", "defer": True}),
                 ),
                 h(
@@ -1185,7 +1190,10 @@ def _ms(seconds: float | None) -> str:
 
 def _last(d: Delivery) -> str:
     if d.last_status is not None:
-        return f"HTTP {d.last_status}" + (f": {d.last_error}" if d.last_error else "")
+        shown = f"HTTP {d.last_status}"
+        if d.last_error and not d.last_error.startswith(shown):
+            return f"{shown}: {d.last_error}"
+        return d.last_error or shown
     return d.last_error or ""
 
 
@@ -1257,6 +1265,13 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
                     h("title", None, f"{label}: {s['failed']} failed"),
                 )
             )
+    span = (
+        time.strftime("%H:%M", time.gmtime(series[0]["at"]))
+        + "–"
+        + time.strftime("%H:%M", time.gmtime(series[-1]["at"] + 60))
+        if series
+        else ""
+    )
     total_ok = sum(s["delivered"] for s in series)
     total_fail = sum(s["failed"] for s in series)
     return h(
@@ -1267,6 +1282,7 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
             {
                 "id": "chart",
                 "viewBox": f"0 0 {width} {height}",
+                "preserveAspectRatio": "none",
                 "role": "img",
                 "aria-label": "attempts per minute",
             },
@@ -1279,6 +1295,7 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
             h("span", {"class": "ok", "data-field": "delivered"}, f"{total_ok} delivered"),
             " · ",
             h("span", {"class": "fail", "data-field": "failed"}, f"{total_fail} failed attempts"),
-            f" · peak {top} delivered per minute",
+            f" · peak {max([x['delivered'] for x in series] + [0])} delivered per minute",
+            f" · {span} UTC" if span else "",
         ),
     )
