@@ -76,7 +76,6 @@ async def main(out: Path) -> int:
         return 1
     from playwright.async_api import async_playwright
 
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         async with WebhookSink() as sink:
             notifier = PushNotifier.open(
@@ -117,4 +116,6 @@ async def main(out: Path) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, default=Path("docs/images"))
-    sys.exit(asyncio.run(main(parser.parse_args().out)))
+    folder = parser.parse_args().out
+    folder.mkdir(parents=True, exist_ok=True)
+    sys.exit(asyncio.run(main(folder)))

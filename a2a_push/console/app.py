@@ -1267,7 +1267,7 @@ def _chart(series: list[dict[str, Any]]) -> Markup:
             )
     span = (
         time.strftime("%H:%M", time.gmtime(series[0]["at"]))
-        + "–"
+        + "-"
         + time.strftime("%H:%M", time.gmtime(series[-1]["at"] + 60))
         if series
         else ""
