@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench screenshots clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# The console's pictures in docs/images (needs Debian's chromium).
+screenshots: $(STAMP)
+	$(PY) scripts/console_screenshots.py docs/images
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

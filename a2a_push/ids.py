@@ -22,6 +22,18 @@ def new_delivery_id() -> str:
     return "msg_" + "".join(reversed(chars))
 
 
+def delivery_id_floor(at: float) -> str:
+    """The smallest delivery id :func:`new_delivery_id` can make at Unix time ``at`` or
+    later, less one: ``id > delivery_id_floor(t)`` selects, by the id alone (the primary
+    key), deliveries made from ``t`` on."""
+    value = max(0, int(at * 1000)) << 80
+    chars = []
+    for _ in range(26):
+        value, rem = divmod(value, 32)
+        chars.append(_ALPHABET[rem])
+    return "msg_" + "".join(reversed(chars))[:-1]
+
+
 def new_config_id() -> str:
     return str(uuid.uuid4())
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .console import Console, ConsoleSource
+from .console.auth import MIN_KEY_LENGTH as MIN_ADMIN_KEY_LENGTH
 from .delivery.dispatcher import Dispatcher, DispatcherOptions, longest_claim
 from .delivery.health import EndpointHealth
 from .delivery.retry import RetryPolicy
@@ -749,6 +751,36 @@ class PushNotifier:
         if count:
             self.dispatcher.wake()
         return count
+
+    def add_console(
+        self,
+        app: web.Application,
+        *,
+        admin_keys: Sequence[str],
+        prefix: str = "/console",
+        session_seconds: float | None = None,
+        secure_cookies: bool | None = None,
+    ) -> Console:
+        """Serve the delivery console (docs/console.md) on ``app`` under ``prefix``:
+        operators sign in with one of ``admin_keys`` (at least 16 characters each; with
+        none, the console answers that it is off). ``secure_cookies``: None makes the
+        session cookie Secure when the request came over https; pass True behind a proxy
+        that terminates TLS."""
+        keys = list(admin_keys)
+        short = [k for k in keys if not isinstance(k, str) or len(k) < MIN_ADMIN_KEY_LENGTH]
+        if short:
+            raise ValueError(
+                f"add_console(admin_keys=...): each key must be a str of at least "
+                f"{MIN_ADMIN_KEY_LENGTH} characters"
+            )
+        console = Console(
+            ConsoleSource.of_notifier(self),
+            keys,
+            session_seconds=session_seconds,
+            secure_cookies=secure_cookies,
+        )
+        console.add_routes(app, prefix)
+        return console
 
     def add_routes(
         self, app: web.Application, *, metrics_path: str | None = "/metrics", jwks: bool = True

@@ -237,7 +237,10 @@ def _head_of_get(method: str, path: str, recorded: Mapping[tuple[str, str], Oper
 
 def _operation_id(method: str, path: str) -> str:
     words = re.findall(r"[A-Za-z0-9]+", path)
-    return method.lower() + "".join(w[:1].upper() + w[1:] for w in words)
+    # A path with a trailing slash (a folder, e.g. /console/) is not the same route as the
+    # one without it: "Index" keeps their ids apart.
+    index = "Index" if path.endswith("/") and path != "/" else ""
+    return method.lower() + "".join(w[:1].upper() + w[1:] for w in words) + index
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [b1 b2 b3 b4 b5 b6] [--quick] [--strict]``.
+"""Run the benchmarks: ``python -m benchmarks [b1 ... b7] [--quick] [--strict]``.
 
 Each benchmark runs in a child process of its own (so B4's RSS is B4's alone), under a
 hard time limit; the child starts its sink process and kills it when done. B4 compares
@@ -25,7 +25,7 @@ from typing import Any
 
 from .common import ROOT, defaults_line, machine_line, revision_line, say, table
 
-NAMES = ("b1", "b2", "b3", "b4", "b5", "b6")
+NAMES = ("b1", "b2", "b3", "b4", "b5", "b6", "b7")
 
 # Hard limits per child process, in seconds (the benchmarks stop well before these).
 LIMITS = {
@@ -36,6 +36,7 @@ LIMITS = {
     "b4": 200.0,
     "b5": 300.0,
     "b6": 300.0,
+    "b7": 600.0,
 }
 
 DESCRIPTIONS = {
@@ -45,6 +46,7 @@ DESCRIPTIONS = {
     "b4": "100,000 pending deliveries: RSS and drain rate",
     "b5": "receiver: verified notifications/s, GetTask coalescing",
     "b6": "gateway on PostgreSQL, 1 and 2 workers, beside SQLite",
+    "b7": "console: filtered page of 50 of 1M deliveries, under load",
 }
 
 
@@ -73,6 +75,10 @@ async def _child(name: str, quick: bool, b1_rate: float | None) -> dict[str, Any
         from . import b6_gateway
 
         return await b6_gateway.run()
+    if name == "b7":
+        from . import b7_console
+
+        return await b7_console.run()
     raise SystemExit(f"unknown benchmark {name!r}")
 
 

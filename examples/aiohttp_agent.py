@@ -8,6 +8,8 @@ publishes WORKING, then COMPLETED, to every webhook registered on it::
 
     python -m examples.aiohttp_agent --port 8080 --data-dir agent-data
 
+With ``--console-admin-key KEY`` it serves the delivery console at ``/console/`` too.
+
 Loopback webhooks are allowed for trying it on one machine: not in production.
 """
 
@@ -28,8 +30,11 @@ NOTIFIER = web.AppKey("notifier", PushNotifier)
 TASKS = web.AppKey("tasks", dict[str, tuple[str, Task]])  # id -> (owner, task)
 
 
-def create_app(data_dir: str | Path, issuer: str) -> web.Application:
-    """The agent; ``issuer`` is its public base URL (the webhooks' JWT ``iss``)."""
+def create_app(
+    data_dir: str | Path, issuer: str, *, console_admin_key: str | None = None
+) -> web.Application:
+    """The agent; ``issuer`` is its public base URL (the webhooks' JWT ``iss``).
+    With ``console_admin_key``, the delivery console is at /console/ too."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     notifier = PushNotifier.open(
@@ -54,6 +59,8 @@ def create_app(data_dir: str | Path, issuer: str) -> web.Application:
     app.router.add_post("/tasks", create_task)
     app.router.add_post("/tasks/{id}/work", work)
     mount(app, PushConfigService(notifier, task_lookup=task_lookup))  # + JWKS route
+    if console_admin_key:
+        notifier.add_console(app, admin_keys=[console_admin_key])  # /console/
     return app
 
 
@@ -90,9 +97,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--data-dir", default="agent-data", help="outbox and signing keys")
     parser.add_argument("--public-url", help="base URL receivers see (default http://HOST:PORT)")
+    parser.add_argument(
+        "--console-admin-key", help="serve the delivery console at /console/ (16+ characters)"
+    )
     args = parser.parse_args(argv)
     issuer = args.public_url or f"http://{args.host}:{args.port}"
-    web.run_app(create_app(args.data_dir, issuer), host=args.host, port=args.port)
+    app = create_app(args.data_dir, issuer, console_admin_key=args.console_admin_key)
+    web.run_app(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import A2APushError
 from ..store import shown_database
-from . import configs, deliveries, endpoints, keys, listen, send_test
+from . import configs, console, deliveries, endpoints, keys, listen, send_test
 from .common import (
     ENV_DATABASE,
     ENV_ENCRYPTION_KEYS,
@@ -42,6 +42,7 @@ environment variables (a flag given on the command line wins):
                             --keys-dir)
   {ENV_ISSUER}           the JWT issuer for `send-test` (--issuer)
   A2A_PUSH_GATEWAY_KEY      the agent's gateway API key for `mock-agent` (--gateway-key)
+  A2A_PUSH_CONSOLE_ADMIN_KEY  the admin key `console` signs in with (--admin-key)
   A2A_GATEWAY_ADMIN_KEY     a gateway admin key for `endpoints` (--admin-key); else the
                             first of A2A_GATEWAY_ADMIN_KEYS, the gateway's own variable
 
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     endpoints.add_commands(commands, env)
     configs.add_commands(commands, env)
     deliveries.add_commands(commands, env)
+    console.add_commands(commands, env)
     send_test.add_commands(commands, env)
     listen.add_commands(commands, env)
 

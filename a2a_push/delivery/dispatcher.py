@@ -231,6 +231,11 @@ class Dispatcher:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    def endpoint_load(self) -> dict[str, int]:
+        """Deliveries claimed and not finished yet, per endpoint (scheme://host:port):
+        in flight, or waiting for one of the endpoint's slots."""
+        return {endpoint: n for endpoint, n in self._per_endpoint.items() if n > 0}
+
     # ---- the claim loop ----------------------------------------------------------------
 
     async def _run(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import ValidationError
 
+from a2a_push.console import Console, ConsoleSource
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -490,6 +491,7 @@ def _event_task_id(event: StreamResponse) -> str | None:
     return None
 
 
+CONSOLE_PATH: Final = "/console"
 GATEWAY: Final = web.AppKey("a2a_push_gateway", Gateway)
 
 
@@ -762,6 +764,13 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
     route(app, "GET", "/admin/endpoints", endpoints, _ENDPOINTS)
     route(app, "POST", "/admin/configs/{key}/{action:enable|disable}", set_config, _SET_CONFIG)
     route(app, "GET", "/healthz", healthz, _HEALTHZ)
+    Console(
+        ConsoleSource.of_notifier(gw.notifier, name="a2a-push gateway"),
+        [k.get_secret_value() for k in settings.admin_keys],
+        # Behind https (public_url says so), the session cookie is Secure whatever the
+        # proxy in front forwards as plain http.
+        secure_cookies=True if settings.base_url.startswith("https://") else None,
+    ).add_routes(app, CONSOLE_PATH)
 
     add_metrics_route(app, gw.notifier.metrics, before_scrape=gw.notifier.refresh_metrics)
     add_openapi_route(app, lambda: openapi_document(app))

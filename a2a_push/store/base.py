@@ -123,6 +123,31 @@ class Attempt:
     response: bytes = field(default=b"", repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptBucket:
+    """Attempts that started in one interval: how many delivered, how many did not."""
+
+    start: float  # Unix seconds
+    delivered: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStats:
+    """One endpoint's recent attempts: how many, how many delivered, and the latency
+    percentiles (seconds) of all of them."""
+
+    attempts: int
+    succeeded: int
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+ENDPOINT_STATS_SAMPLE = 50_000
+"""How many of the latest attempts ``Outbox.endpoint_stats`` reads at most."""
+
+
 OutcomeKind = Literal["delivered", "retry", "dead", "defer"]
 """defer: push back without an attempt (breaker open, endpoint busy)."""
 
@@ -286,6 +311,18 @@ class ConfigStore(abc.ABC):
     async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
         """Enable or disable a config. Disabling dead-letters its pending deliveries."""
 
+    @abc.abstractmethod
+    async def list_all_configs(
+        self, *, enabled: bool | None = None, after_key: str | None = None, limit: int = 100
+    ) -> list[StoredConfig]:
+        """Configs of every task and owner, by key (keyset paging: keys after
+        ``after_key``); only enabled or only disabled ones when ``enabled`` says so.
+        For operators (the console); secrets are read too, as everywhere in the store."""
+
+    @abc.abstractmethod
+    async def count_configs(self, *, enabled: bool | None = None) -> int:
+        """How many configs there are (only enabled or disabled ones when given)."""
+
 
 class Outbox(abc.ABC):
     """Durable delivery queue, FIFO per (config, task), claimed under leases."""
@@ -381,6 +418,20 @@ class Outbox(abc.ABC):
     async def list_attempts(self, delivery_id: str) -> list[Attempt]:
         """The delivery's recorded attempts, oldest first (empty for an unknown id, or
         when the history is off). They go when the delivery is purged."""
+
+    @abc.abstractmethod
+    async def attempt_series(
+        self, *, since: float, bucket_seconds: float, now: float | None = None
+    ) -> list[AttemptBucket]:
+        """Attempts per interval of ``bucket_seconds`` from ``since`` to ``now``, every
+        interval listed (empty ones as zeros), oldest first."""
+
+    @abc.abstractmethod
+    async def endpoint_stats(
+        self, *, since: float, now: float | None = None
+    ) -> dict[str, EndpointStats]:
+        """Per endpoint (scheme://host:port), the attempts that started from ``since``
+        (the latest :data:`ENDPOINT_STATS_SAMPLE` of them at most)."""
 
     @abc.abstractmethod
     async def replay(self, delivery_ids: Sequence[str], *, now: float | None = None) -> int:

@@ -20,6 +20,7 @@ import abc
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -29,10 +30,13 @@ from typing import Any, Protocol, TypeVar
 from ..endpoints import endpoint_of
 from ..errors import SecretDecryptionError, StoreUnavailableError, TooManyConfigsError
 from .base import (
+    ENDPOINT_STATS_SAMPLE,
     MAX_ATTEMPT_RESPONSE_BYTES,
     Attempt,
+    AttemptBucket,
     Delivery,
     DeliveryState,
+    EndpointStats,
     InitialDelivery,
     OutboxStats,
     Outcome,
@@ -252,6 +256,17 @@ class SQLStore(RowMapping, Store, abc.ABC):
         rows = await self._fetch("enabled_task_configs", task_id)
         return [self._config_from_row(r) for r in rows]
 
+    async def list_all_configs(
+        self, *, enabled: bool | None = None, after_key: str | None = None, limit: int = 100
+    ) -> list[StoredConfig]:
+        check_page_size(limit)
+        rows = await self._fetch("all_configs_page", enabled, after_key or "", limit)
+        return [self._config_from_row(r) for r in rows]
+
+    async def count_configs(self, *, enabled: bool | None = None) -> int:
+        row = await self._fetchrow("count_configs", enabled)
+        return int(row[0]) if row is not None else 0
+
     async def set_config_enabled(self, key: str, enabled: bool, reason: str | None = None) -> bool:
         async def op(tx: Tx) -> bool:
             task_id = await tx.fetchval("config_task", key)
@@ -450,6 +465,44 @@ class SQLStore(RowMapping, Store, abc.ABC):
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
         row = await self._fetchrow("delivery_by_id", delivery_id)
         return self._delivery_from_row(row) if row is not None else None
+
+    async def attempt_series(
+        self, *, since: float, bucket_seconds: float, now: float | None = None
+    ) -> list[AttemptBucket]:
+        if bucket_seconds <= 0:
+            raise ValueError("bucket_seconds must be positive")
+        until = time.time() if now is None else now
+        count = max(1, math.ceil((until - since) / bucket_seconds))
+        found = {
+            int(r["bucket"]): (int(r["delivered"]), int(r["failed"]))
+            for r in await self._fetch("attempt_buckets", since, bucket_seconds, until)
+        }
+        return [
+            AttemptBucket(since + i * bucket_seconds, *found.get(i, (0, 0))) for i in range(count)
+        ]
+
+    async def endpoint_stats(
+        self, *, since: float, now: float | None = None
+    ) -> dict[str, EndpointStats]:
+        until = time.time() if now is None else now
+        rows = await self._fetch("recent_attempts", since, until, ENDPOINT_STATS_SAMPLE)
+        durations: dict[str, list[float]] = {}
+        succeeded: dict[str, int] = {}
+        for r in rows:
+            durations.setdefault(r["endpoint"], []).append(float(r["duration"]))
+            succeeded[r["endpoint"]] = succeeded.get(r["endpoint"], 0) + (
+                r["verdict"] == "delivered"
+            )
+        return {
+            endpoint: EndpointStats(
+                attempts=len(values),
+                succeeded=succeeded[endpoint],
+                p50=_percentile(sorted(values), 0.50),
+                p95=_percentile(sorted(values), 0.95),
+                p99=_percentile(sorted(values), 0.99),
+            )
+            for endpoint, values in durations.items()
+        }
 
     async def list_attempts(self, delivery_id: str) -> list[Attempt]:
         rows = await self._fetch("delivery_attempts", delivery_id)
@@ -855,3 +908,10 @@ async def _dead_letter_config(tx: Tx, key: str, reason: str, now: float) -> None
     workers' outcomes say what became of them); its idle lanes go."""
     await tx.execute("dead_letter_config_deliveries", reason, now, key)
     await tx.execute("delete_config_lanes", key)
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """The nearest-rank percentile of sorted values (None for none)."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]

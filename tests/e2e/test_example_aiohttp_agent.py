@@ -20,7 +20,8 @@ CLIENT = {"Authorization": "Bearer client-42", "A2A-Version": "1.0"}
 async def test_the_example_agent_pushes_verified_webhooks_in_order(tmp_path: Path) -> None:
     port = unused_port()
     issuer = f"http://127.0.0.1:{port}"
-    server = TestServer(create_app(tmp_path / "data", issuer), host="127.0.0.1", port=port)
+    app = create_app(tmp_path / "data", issuer, console_admin_key="example-console-key-0123")
+    server = TestServer(app, host="127.0.0.1", port=port)
     async with server, WebhookSink() as sink, aiohttp.ClientSession() as session:
         async with session.post(f"{issuer}/tasks", headers=CLIENT) as resp:
             assert resp.status == 201, await resp.text()
@@ -44,6 +45,9 @@ async def test_the_example_agent_pushes_verified_webhooks_in_order(tmp_path: Pat
         async with session.post(f"{issuer}/tasks/{task_id}/work", headers=CLIENT) as resp:
             assert resp.status == 200, await resp.text()
             assert (await resp.json())["status"]["state"] == "TASK_STATE_COMPLETED"
+
+        async with session.get(f"{issuer}/console/login") as resp:  # the console is there
+            assert resp.status == 200 and "Admin key" in await resp.text()
 
         await sink.wait_for(3, path="/rpc")
         await sink.wait_for(3, path="/rest")

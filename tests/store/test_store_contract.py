@@ -49,6 +49,28 @@ async def test_put_and_get_config_is_scoped_to_owner(store: Store) -> None:
     assert (await store.get_config_by_key(c.key)) == c
 
 
+async def test_list_all_configs_pages_by_key_and_filters_enabled(store: Store) -> None:
+    made = [
+        await store.put_config(config(id=f"c{i}", task_id=f"task-{i % 3}", owner=f"o{i % 2}"))
+        for i in range(7)
+    ]
+    assert await store.set_config_enabled(made[2].key, False, "operator")
+    assert await store.set_config_enabled(made[5].key, False, "operator")
+    keys = sorted(c.key for c in made)
+    first = await store.list_all_configs(limit=4)
+    rest = await store.list_all_configs(after_key=first[-1].key, limit=4)
+    assert [c.key for c in first + rest] == keys
+    disabled = await store.list_all_configs(enabled=False)
+    assert sorted(c.key for c in disabled) == sorted([made[2].key, made[5].key])
+    assert all(c.disabled_reason == "operator" for c in disabled)
+    assert len(await store.list_all_configs(enabled=True)) == 5
+    assert await store.count_configs() == 7
+    assert await store.count_configs(enabled=False) == 2
+    assert await store.count_configs(enabled=True) == 5
+    with pytest.raises(InvalidConfigError):
+        await store.list_all_configs(limit=0)
+
+
 async def test_put_config_with_same_id_replaces_and_keeps_key(store: Store) -> None:
     first = await store.put_config(config(id="a", url="http://127.0.0.1:9/one"))
     second = await store.put_config(config(id="a", url="http://127.0.0.1:9/two"))

@@ -47,6 +47,15 @@ SELECT * FROM configs WHERE key = ?1;
 -- name: configs_page
 SELECT * FROM configs WHERE task_id = ?1 AND owner = ?2 AND id > ?3 ORDER BY id LIMIT ?4;
 
+-- name: all_configs_page
+-- Every task's configs by key, for operators; ?1: only enabled (true) or disabled
+-- (false) ones, or all (NULL).
+SELECT * FROM configs WHERE (?1 IS NULL OR enabled = ?1) AND key > ?2
+ORDER BY key LIMIT ?3;
+
+-- name: count_configs
+SELECT count(*) FROM configs WHERE (?1 IS NULL OR enabled = ?1);
+
 -- name: config_url
 SELECT url FROM configs WHERE key = ?1;
 
@@ -336,3 +345,15 @@ ON CONFLICT (key) DO UPDATE SET seq = excluded.seq, ids = excluded.ids,
 DELETE FROM idempotency_keys WHERE key IN (
     SELECT key FROM idempotency_keys WHERE created_at < ?1 ORDER BY created_at LIMIT ?2
 );
+
+-- name: attempt_buckets
+-- Attempts from ?1 to ?3 per interval of ?2 seconds (numbered from 0), delivered or not.
+SELECT CAST((started_at - ?1) / ?2 AS INTEGER) AS bucket,
+       sum(verdict = 'delivered') AS delivered, sum(verdict <> 'delivered') AS failed
+FROM attempts WHERE started_at >= ?1 AND started_at < ?3
+GROUP BY bucket;
+
+-- name: recent_attempts
+SELECT endpoint, duration, verdict FROM attempts
+WHERE started_at >= ?1 AND started_at < ?2
+ORDER BY started_at DESC LIMIT ?3;
