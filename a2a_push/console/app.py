@@ -191,7 +191,7 @@ class Console:
         )
 
     async def _slash(self, request: web.Request) -> web.StreamResponse:
-        raise web.HTTPFound(f"{self.prefix}/")
+        raise web.HTTPSeeOther(f"{self.prefix}/")
 
     # ---- plumbing ---------------------------------------------------------------------
 
@@ -1121,7 +1121,12 @@ def _page_operation(summary: str, path: str) -> Operation:
             403: Body(
                 None, "no CSRF token, or another site: a page saying so", media_types=("text/html",)
             ),
-            404: Body(None, "not found, or the console is off", media_types=("text/html",)),
+            404: Body(
+                None,
+                "not found, or the console is off (a path no route matches: the server's "
+                "own JSON error)",
+                media_types=("text/html", "application/json"),
+            ),
         },
         description="A page of the delivery console (docs/console.md); sign in with an admin key.",
         tags=("console",),
