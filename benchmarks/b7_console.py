@@ -35,6 +35,7 @@ from a2a_push.signing import KeySet
 from a2a_push.store import Store
 
 from .b2_latency import paced_publish
+from .b6_gateway import _postgres_problem
 from .common import (
     Sink,
     header,
@@ -487,14 +488,3 @@ async def run(p: B7Params | None = None) -> dict[str, Any]:
     )
     say()
     return {"p99_ms": p99s, "pass": ok and len(p99s) == 2}
-
-
-async def _postgres_problem() -> str | None:
-    try:
-        import asyncpg
-
-        conn = await asyncpg.connect(DSN, timeout=3)
-        await conn.close()
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None

@@ -198,6 +198,25 @@ class Console:
     def _session(self, request: web.Request) -> Session | None:
         return self.sessions.check(request.cookies.get(COOKIE))
 
+    async def _answer(
+        self,
+        handler: Callable[[web.Request, Session], Awaitable[web.StreamResponse]],
+        request: web.Request,
+        session: Session,
+    ) -> web.StreamResponse:
+        """The handler's answer; a page saying what went wrong when it fails."""
+        try:
+            return await handler(request, session)
+        except BadInput as exc:
+            return self._message(400, "Bad request", str(exc), session)
+        except StoreUnavailableError as exc:
+            return self._unavailable(exc, session)
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception("console: failed answering %s %s", request.method, request.path)
+            return self._message(500, "Error", "The console failed at this; see the log.", session)
+
     def _page(
         self, handler: Callable[[web.Request, Session], Awaitable[web.Response]]
     ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -208,19 +227,7 @@ class Console:
             if session is None:
                 target = request.path_qs if request.path != f"{self.prefix}/" else None
                 raise web.HTTPSeeOther(href(f"{self.prefix}/login", {"next": target}))
-            try:
-                return await handler(request, session)
-            except BadInput as exc:
-                return self._message(400, "Bad request", str(exc), session)
-            except StoreUnavailableError as exc:
-                return self._unavailable(exc, session)
-            except web.HTTPException:
-                raise
-            except Exception:
-                log.exception("console: failed answering %s %s", request.method, request.path)
-                return self._message(
-                    500, "Error", "The console failed to answer this; see the log.", session
-                )
+            return await self._answer(handler, request, session)
 
         return page
 
@@ -256,19 +263,7 @@ class Console:
                     "The request came from another site: nothing was changed.",
                     session,
                 )
-            try:
-                return await handler(request, session)
-            except BadInput as exc:
-                return self._message(400, "Bad request", str(exc), session)
-            except StoreUnavailableError as exc:
-                return self._unavailable(exc, session)
-            except web.HTTPException:
-                raise
-            except Exception:
-                log.exception("console: failed answering %s %s", request.method, request.path)
-                return self._message(
-                    500, "Error", "The console failed to do this; see the log.", session
-                )
+            return await self._answer(handler, request, session)
 
         return action
 
