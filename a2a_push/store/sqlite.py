@@ -5,7 +5,8 @@ All writes (publishes, claims, outcomes) go through the group-commit writer of
 event loop, and the fsync of the WAL that makes a commit durable runs on a worker thread,
 awaited only by batches that need it (publishes and config changes; not claims or
 outcomes). Checkpoints run on their own connection and thread. Reads use an aiosqlite
-connection of their own.
+connection of their own, each statement run to its end in one call on its thread (see
+``_read``): a read sees every write acknowledged before it began.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class SQLiteStore(SQLStore):
         self._conn = await loop.run_in_executor(self._executor, self._connect_writer)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
         self._reader.row_factory = aiosqlite.Row
-        await self._reader.execute("PRAGMA busy_timeout = 5000")
+        await self._reader.execute_fetchall("PRAGMA busy_timeout = 5000")
         self._writer = SQLiteWriter(
             self._conn,
             f"{self.path}-wal",
@@ -170,9 +171,14 @@ class SQLiteStore(SQLStore):
     async def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         if self._closed or self._reader is None:
             raise StoreClosedError(self._not_open())
+        # One call on the reader's thread runs the statement and fetches every row, so
+        # the statement ends (and with it its read transaction) before any other read
+        # starts. Executing and fetching as two calls would let another coroutine's read
+        # run between them, inside this one's transaction: it would see the database as
+        # it was when this one began, missing writes acknowledged since (read-your-writes
+        # would fail). It is also one thread hand-off per read instead of three.
         try:
-            async with self._reader.execute(sql, params) as cur:
-                return list(await cur.fetchall())
+            return list(await self._reader.execute_fetchall(sql, params))
         except sqlite3.OperationalError as exc:
             raise busy_error(exc) or exc from None
 

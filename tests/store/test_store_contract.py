@@ -175,6 +175,34 @@ async def test_enqueue_skips_disabled_configs_and_targets_one_config(store: Stor
     assert len(after) == 1
 
 
+async def test_a_read_sees_every_write_acknowledged_before_it_began(store: Store) -> None:
+    """Read-your-writes while other reads are under way (the dispatcher's, a console's): a
+    delivery is found, and a listing shows it, as soon as its enqueue has returned."""
+    await store.put_config(config(id="a"))
+    stop = asyncio.Event()
+
+    async def other_reads() -> None:
+        while not stop.is_set():
+            await store.next_due_at()
+            await store.stats(now=NOW)
+
+    readers = [asyncio.create_task(other_reads()) for _ in range(3)]
+    missed = []
+    try:
+        for _ in range(150):
+            _, (delivery_id,) = await enqueue(store)
+            if await store.get_delivery(delivery_id) is None:
+                missed.append(delivery_id)
+            _, (delivery_id,) = await enqueue(store)
+            listed = await store.list_deliveries(DeliveryFilter(limit=1000))
+            if delivery_id not in [d.id for d in listed]:
+                missed.append(delivery_id)
+    finally:
+        stop.set()
+        await asyncio.gather(*readers)
+    assert missed == []
+
+
 # ---- registering a config with its first delivery -------------------------------------
 
 
