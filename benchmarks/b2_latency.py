@@ -76,19 +76,26 @@ async def paced_publish(
 
     origin = time.perf_counter()
     next_report = origin + 2.0
-    for i in range(total):
-        due = origin + i / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task_id = task_ids[i % len(task_ids)]
-        t = asyncio.create_task(one(task_id, first_n + i))
-        pending.add(t)
-        t.add_done_callback(pending.discard)
-        now = time.perf_counter()
-        if now >= next_report:
-            progress(tag, f"{label}: {i + 1:,}/{total:,} published ({now - origin:.0f} s)")
-            next_report = now + 2.0
+    try:
+        for i in range(total):
+            due = origin + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task_id = task_ids[i % len(task_ids)]
+            t = asyncio.create_task(one(task_id, first_n + i))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            now = time.perf_counter()
+            if now >= next_report:
+                progress(tag, f"{label}: {i + 1:,}/{total:,} published ({now - origin:.0f} s)")
+                next_report = now + 2.0
+    except asyncio.CancelledError:
+        # Stopped early (B7 stops its load when it has measured): the publishes already
+        # started finish first, so none runs on against a notifier being stopped.
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        raise
     if pending:
         await asyncio.gather(*pending)
     return total

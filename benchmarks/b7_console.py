@@ -14,6 +14,7 @@ Target: p99 <= 100 ms on each backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
@@ -390,6 +391,8 @@ async def _run_backend(
                 found = await _measure(base, data, p)
             finally:
                 load.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await load  # its publishes in flight end before the notifier stops
             elapsed = time.perf_counter() - started
             rate = len(published) / max(elapsed, 1e-9)
     finally:
