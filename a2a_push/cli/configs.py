@@ -11,10 +11,11 @@ from ..store import (
     DeliveryFilter,
     DeliveryState,
     Store,
+    matching_ids,
     shown_database,
 )
 from .common import ENV_DATABASE, PROG, CLIError, Commands, add_command, note
-from .outbox import add_database_option, matching_ids, run_with_store
+from .outbox import add_database_option, run_with_store
 
 
 def _cmd_configs_toggle(args: argparse.Namespace) -> int:

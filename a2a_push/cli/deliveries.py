@@ -18,6 +18,7 @@ from ..store import (
     DeliveryState,
     Store,
     generate_key,
+    matching_ids,
 )
 from .common import (
     ENV_ENCRYPTION_KEYS,
@@ -35,7 +36,7 @@ from .common import (
     utc,
     utc_iso,
 )
-from .outbox import DATABASE_FORMS, add_database_option, matching_ids, run_with_store
+from .outbox import DATABASE_FORMS, add_database_option, run_with_store
 
 STATES: tuple[str, ...] = tuple(state.value for state in DeliveryState)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -14,7 +13,6 @@ from typing import Any, Final
 from ..database import migrations
 from ..gateway.client import redact_url
 from ..store import (
-    DeliveryFilter,
     MemoryStore,
     SecretBox,
     SQLiteStore,
@@ -26,7 +24,6 @@ from ..store import (
 from .common import ENV_DATABASE, ENV_ENCRYPTION_KEYS, PROG, CLIError
 
 # Dead-lettered deliveries are gathered for replay in pages of this size.
-_REPLAY_PAGE = 500
 
 
 def given_encryption_keys(args: argparse.Namespace) -> list[str]:
@@ -124,20 +121,6 @@ def run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> in
             return result
 
     return asyncio.run(run())
-
-
-async def matching_ids(store: Store, flt: DeliveryFilter) -> list[str]:
-    """The ids of every delivery ``flt`` matches (its limit and after_id are ignored)."""
-    chosen: list[str] = []
-    after: str | None = None
-    while True:
-        page = await store.list_deliveries(
-            dataclasses.replace(flt, limit=_REPLAY_PAGE, after_id=after)
-        )
-        chosen.extend(d.id for d in page)
-        if len(page) < _REPLAY_PAGE:
-            return chosen
-        after = page[-1].id
 
 
 # What --database takes, for help and messages.

@@ -40,7 +40,14 @@ from ..protocol.constants import (
     HEADER_SIGNATURE,
     HEADER_WEBHOOK_SIGNATURE,
 )
-from ..store import Delivery, DeliveryFilter, DeliveryState, Store, StoredConfig
+from ..store import (
+    Delivery,
+    DeliveryFilter,
+    DeliveryState,
+    Store,
+    StoredConfig,
+    matching_ids,
+)
 from .auth import COOKIE, LOGIN_COOKIE, Session, Sessions
 from .html import Markup, h, href, join, pretty_json, table, when
 
@@ -860,26 +867,8 @@ class Console:
     async def _matching_dead(self, query: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         flt, given = self._filter(query, state=DeliveryState.DEAD)
         given.pop("state", None)
-        ids: list[str] = []
-        after: str | None = None
-        while len(ids) < REPLAY_ALL_LIMIT:
-            page = await self.source.store.list_deliveries(
-                DeliveryFilter(
-                    state=DeliveryState.DEAD,
-                    task_id=flt.task_id,
-                    config_key=flt.config_key,
-                    endpoint=flt.endpoint,
-                    created_after=flt.created_after,
-                    created_before=flt.created_before,
-                    limit=1000,
-                    after_id=after,
-                )
-            )
-            ids.extend(d.id for d in page)
-            if len(page) < 1000:
-                break
-            after = page[-1].id
-        return ids[:REPLAY_ALL_LIMIT], given
+        ids = await matching_ids(self.source.store, flt, at_most=REPLAY_ALL_LIMIT)
+        return ids, given
 
     async def replay_all_confirm(self, request: web.Request, session: Session) -> web.Response:
         ids, given = await self._matching_dead(request.query)

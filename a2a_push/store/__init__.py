@@ -30,6 +30,7 @@ from .base import (
     Store,
     StoredConfig,
     StoreOptions,
+    matching_ids,
 )
 from .memory import MemoryStore
 from .secrets import SecretBox, generate_key
@@ -63,6 +64,7 @@ __all__ = [
     "StoreOptions",
     "StoredConfig",
     "generate_key",
+    "matching_ids",
     "open_store",
 ]
 

@@ -496,3 +496,23 @@ class Store(ConfigStore, Outbox, abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+MATCHING_PAGE = 500
+"""How many deliveries :func:`matching_ids` reads at a time."""
+
+
+async def matching_ids(
+    store: Outbox, flt: DeliveryFilter, *, at_most: int | None = None
+) -> list[str]:
+    """The ids of every delivery ``flt`` matches, oldest first (its limit and after_id
+    are ignored), read page by page; the first ``at_most`` of them when given."""
+    chosen: list[str] = []
+    after: str | None = None
+    while at_most is None or len(chosen) < at_most:
+        page = await store.list_deliveries(replace(flt, limit=MATCHING_PAGE, after_id=after))
+        chosen.extend(d.id for d in page)
+        if len(page) < MATCHING_PAGE:
+            break
+        after = page[-1].id
+    return chosen if at_most is None else chosen[:at_most]
