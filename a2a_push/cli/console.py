@@ -14,7 +14,7 @@ from ..console import Console, ConsoleSource
 from ..console.auth import MIN_KEY_LENGTH
 from ..listen import CannotListen, bind_sockets
 from .common import PROG, CLIError, Commands, add_command
-from .outbox import _open_store, add_database_option, given_encryption_keys
+from .outbox import add_database_option, given_encryption_keys, open_outbox
 
 ENV_CONSOLE_ADMIN_KEY: Final = "A2A_PUSH_CONSOLE_ADMIN_KEY"
 DEFAULT_PORT: Final = 8070
@@ -70,7 +70,7 @@ def _cmd_console(args: argparse.Namespace) -> int:
         sockets = bind_sockets(args.host, args.port, port_setting="--port")
     except CannotListen as exc:
         raise CLIError(str(exc)) from None
-    store = _open_store(args)
+    store = open_outbox(args)
 
     async def serve() -> None:
         app = web.Application()

@@ -43,7 +43,7 @@ def given_encryption_keys(args: argparse.Namespace) -> list[str]:
     return keys
 
 
-def _open_store(args: argparse.Namespace) -> Store:
+def open_outbox(args: argparse.Namespace) -> Store:
     database: str | None = args.database
     if not database:
         raise CLIError(
@@ -113,7 +113,7 @@ def _is_outbox_file(path: Path) -> bool:
 
 
 def run_with_store(args: argparse.Namespace, work: Callable[[Store], Any]) -> int:
-    store = _open_store(args)
+    store = open_outbox(args)
 
     async def run() -> int:
         async with store:
