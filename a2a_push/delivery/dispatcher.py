@@ -165,6 +165,7 @@ class Dispatcher:
         self._per_endpoint: _Counter[str] = _Counter()
         # Deliveries claimed and not yet finished, per endpoint (chained lanes included).
         self._held: _Counter[str] = _Counter()
+        self._writing: _Counter[str] = _Counter()  # held deliveries writing outcomes
         self._waiting: _Counter[str] = _Counter()
         self._endpoint_freed: dict[str, asyncio.Event] = {}
         # (config key, outcome) -> (when its last line was written, lines left out since)
@@ -392,13 +393,19 @@ class Dispatcher:
     def _unavailable_endpoints(self) -> set[str]:
         """Endpoints not to claim for now: saturated here, or with an open breaker.
 
-        An endpoint holding ``per_endpoint`` claimed deliveries is saturated. One claim
-        hands out at most ``per_endpoint`` more lanes per endpoint, so an endpoint never
-        holds more than its in-flight cap plus its waiting queue (both ``per_endpoint``),
-        and claimed work is not handed back for want of a slot.
+        An endpoint is saturated when it holds ``per_endpoint`` claimed deliveries that
+        are not writing their outcomes, or twice ``per_endpoint`` in all. Lanes whose
+        outcomes are being written (their next deliveries leased in the same
+        transaction) do not keep other lanes from the endpoint's free slots, so a
+        healthy endpoint keeps ``per_endpoint`` requests on the wire while the outcomes
+        of others are written (what a database a round trip away needs); an endpoint
+        whose requests hang is saturated at ``per_endpoint``. One claim hands out at
+        most ``per_endpoint`` more lanes per endpoint, and fewer than twice
+        ``per_endpoint`` may wait for a slot (see ``_endpoint_slot``), so claimed work
+        is not handed back for want of a slot.
         """
         cap = self.options.per_endpoint
-        busy = {e for e, n in self._held.items() if n >= cap}
+        busy = {e for e, n in self._held.items() if n - self._writing[e] >= cap or n >= 2 * cap}
         return busy | self.health.open_endpoints()
 
     def _unhold(self, endpoint: str | None) -> None:
@@ -421,7 +428,7 @@ class Dispatcher:
 
     async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
-        database) behind at most ``per_endpoint`` others, until ``deadline`` (monotonic);
+        database) behind fewer than twice ``per_endpoint`` others, until ``deadline`` (monotonic);
         False when the queue is full, the deadline passes or ``stop()`` has begun (requests
         on the wire then finish, and none starts: the claim is released, unsent)."""
         if self._stopping:
@@ -430,7 +437,7 @@ class Dispatcher:
         if self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
             return True
-        if self._waiting[endpoint] >= cap:
+        if self._waiting[endpoint] >= 2 * cap:
             return False
         self._waiting[endpoint] += 1
         freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
@@ -541,6 +548,32 @@ class Dispatcher:
             finally:
                 # tenacity keeps bound methods of the loop in its state: a cycle.
                 retrying.iter_state.reset()
+        # Writing the outcome: the lane no longer keeps other lanes from the endpoint's
+        # free slots (see _unavailable_endpoints).
+        self._writing[endpoint] += 1
+        try:
+            return await self._record(
+                delivery, config, endpoint, attempts, result, tried, claim_next=claim_next
+            )
+        finally:
+            self._writing[endpoint] -= 1
+            if self._writing[endpoint] <= 0:
+                del self._writing[endpoint]
+
+    async def _record(
+        self,
+        delivery: Delivery,
+        config: StoredConfig,
+        endpoint: str,
+        attempts: int,
+        result: HTTPResult | BaseException,
+        tried: list[_Tried],
+        *,
+        claim_next: bool,
+    ) -> Delivery | None:
+        """Write the outcome of a claim's attempts (``result``, the last); with
+        ``claim_next``, returns the lane's next delivery when it was due and could be
+        leased at once."""
         verdict = classify(result)
         now = time.time()
         status = result.status if isinstance(result, HTTPResult) else None

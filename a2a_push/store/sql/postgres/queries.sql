@@ -344,6 +344,55 @@ WITH lane AS (
 )
 SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT head_id FROM leased) AS leased;
 
+-- name: finish_and_lease_many
+-- finish_and_lease_next for several outcomes, each on a lane of its own, in one
+-- statement: $1-$10 are the outcomes' columns as arrays (state, attempts, status, error,
+-- delivery id, config key, task id, worker whose outcome it is, lease until, worker
+-- taking the lease), $11 the transaction's time. One row per outcome, in the order
+-- given (ord, from 1): changed (0 or 1) and the id leased, or NULL.
+WITH item AS (
+    SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::text[], $9::float8[], $10::text[])
+        WITH ORDINALITY
+        AS i (state, attempts, status, error, id, config_key, task_id, worker, until,
+              taker, ord)
+), lane AS (
+    SELECT l.config_key, l.task_id, l.lease_owner
+    FROM lanes l JOIN item i ON l.config_key = i.config_key AND l.task_id = i.task_id
+    FOR UPDATE OF l
+), done AS (
+    UPDATE deliveries d SET state = i.state, attempts = i.attempts, last_status = i.status,
+           last_error = i.error, updated_at = $11
+    FROM item i
+    WHERE d.id = i.id AND d.state = 'pending'
+      AND NOT EXISTS (
+          SELECT 1 FROM lane
+          WHERE lane.config_key = i.config_key AND lane.task_id = i.task_id
+            AND lane.lease_owner <> i.worker
+      )
+    RETURNING d.id
+), head AS (
+    SELECT i.config_key, i.task_id, h.id, h.next_attempt_at, i.until, i.taker
+    FROM item i JOIN done ON done.id = i.id
+    CROSS JOIN LATERAL (
+        SELECT id, next_attempt_at FROM deliveries
+        WHERE config_key = i.config_key AND task_id = i.task_id AND state = 'pending'
+          AND id <> i.id
+        ORDER BY seq LIMIT 1
+    ) AS h
+), leased AS (
+    UPDATE lanes SET head_id = head.id, due_at = head.until, lease_owner = head.taker
+    FROM head
+    WHERE lanes.config_key = head.config_key AND lanes.task_id = head.task_id
+      AND head.next_attempt_at <= $11
+    RETURNING lanes.config_key, lanes.task_id, lanes.head_id
+)
+SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id AS leased
+FROM item i
+LEFT JOIN done ON done.id = i.id
+LEFT JOIN leased ON leased.config_key = i.config_key AND leased.task_id = i.task_id
+ORDER BY i.ord;
+
 -- name: retry_delivery
 -- (See finish_delivery.)
 WITH lane AS (
