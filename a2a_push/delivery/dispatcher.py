@@ -2,8 +2,10 @@
 
 - FIFO per (config, task): the outbox hands out one delivery per lane at a time.
 - Bounded: at most ``concurrency`` deliveries in flight, at most ``per_endpoint`` to
-  one endpoint; an endpoint at its cap, or with an open breaker, has its work deferred
-  so slow or dead endpoints never hold the slots others need.
+  one endpoint, and at most its rate limit's requests a second (``rate_limits``, shared
+  by every process on the store); an endpoint at its cap, out of tokens, or with an
+  open breaker, has its work deferred so slow or dead endpoints never hold the slots
+  others need.
 - Graceful: ``stop()`` stops claiming, lets in-flight work finish for ``drain_timeout``,
   then releases what is left; no request starts once stop() has begun (work waiting
   for an endpoint slot, or for its next quick attempt, is released or rescheduled).
@@ -20,7 +22,7 @@ import shlex
 import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from yarl import URL
@@ -45,6 +47,7 @@ from ..store import (
     StoredConfig,
 )
 from .health import EndpointHealth, endpoint_of
+from .ratelimit import MAX_WAIT, EndpointRateLimiter, RateLimits
 from .retry import RetryPolicy, Verdict, classify, parse_retry_after
 from .transport import (
     AddressRefused,
@@ -128,12 +131,19 @@ class DispatcherOptions:
     drain_timeout: float = 20.0
     # A config whose deliveries have failed without a success for this long is disabled.
     disable_after: float = 5 * 24 * 3600.0
+    # A failing delivery is retried until it is this old (seconds since its publish),
+    # then dead-lettered; None: until the retry schedule is used up.
+    max_delivery_age: float | None = None
+    # Requests per second per endpoint (see a2a_push.delivery.ratelimit); none by default.
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.per_endpoint < 1 or self.claim_batch < 1:
             raise ValueError("concurrency, per_endpoint and claim_batch must be at least 1")
         if self.lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
+        if self.max_delivery_age is not None and not self.max_delivery_age > 0:
+            raise ValueError("max_delivery_age must be positive (or None)")
 
 
 class Dispatcher:
@@ -159,6 +169,7 @@ class Dispatcher:
         self.metrics = metrics or Metrics()
         self.options = options or DispatcherOptions()
         self.worker_id = worker_id or f"{os.uname().nodename}:{os.getpid()}:{id(self):x}"
+        self.rate = EndpointRateLimiter(store, self.options.rate_limits)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
@@ -287,7 +298,7 @@ class Dispatcher:
                     due = await self.store.next_due_at(exclude_endpoints=excluded)
                 except Exception:
                     due = None
-                for at in (due, self.health.next_reopen()):
+                for at in (due, self.health.next_reopen(), self.rate.next_token_at()):
                     if at is not None:
                         timeout = max(0.0, min(timeout, at - now))
             await self._sleep(timeout)
@@ -391,7 +402,8 @@ class Dispatcher:
         self.metrics.deliveries.labels("dead").inc()
 
     def _unavailable_endpoints(self) -> set[str]:
-        """Endpoints not to claim for now: saturated here, or with an open breaker.
+        """Endpoints not to claim for now: saturated here, with an open breaker, or
+        with no rate-limit token before a time still to come.
 
         An endpoint is saturated when it holds ``per_endpoint`` claimed deliveries that
         are not writing their outcomes, or twice ``per_endpoint`` in all. Lanes whose
@@ -406,7 +418,7 @@ class Dispatcher:
         """
         cap = self.options.per_endpoint
         busy = {e for e, n in self._held.items() if n - self._writing[e] >= cap or n >= 2 * cap}
-        return busy | self.health.open_endpoints()
+        return busy | self.health.open_endpoints() | self.rate.waiting_endpoints()
 
     def _unhold(self, endpoint: str | None) -> None:
         if endpoint is None:
@@ -490,6 +502,14 @@ class Dispatcher:
             if not await self._endpoint_slot(endpoint, slot_deadline):
                 raise _EndpointBusy
             try:
+                if self.rate.limited(endpoint):
+                    # Taken with the slot held: a token is spent on a request sent now.
+                    wait_until = min(slot_deadline, time.monotonic() + MAX_WAIT)
+                    until = await self.rate.acquire(endpoint, wait_until)
+                    if until is not None:
+                        raise _RateLimited(until)
+                    if self._stop_begun():
+                        raise _EndpointBusy  # no request starts once stop() has begun
                 attempts += 1
                 return await self._post(delivery, config, tried)
             finally:
@@ -513,6 +533,11 @@ class Dispatcher:
             with _bookkeeping():
                 await self.store.release([delivery.id], worker_id=self.worker_id)
             self.metrics.deliveries.labels("deferred").inc()
+            return None
+        except _RateLimited as limited:
+            # Nothing was sent; the lane waits in the outbox until a token is due.
+            self.health.withdraw(endpoint, admitted)
+            await self._defer(delivery, limited.until)
             return None
         if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
             # Only now pay for tenacity's loop; it sees the first outcome as its first try.
@@ -540,7 +565,7 @@ class Dispatcher:
                 result = await retrying(again)
             except A2APushError as exc:
                 result = exc.with_traceback(None)
-            except _EndpointBusy:
+            except (_EndpointBusy, _RateLimited):
                 # Retry later through the outbox, as after the quick attempts.
                 result = first[0] if first else result
                 if isinstance(result, BaseException):
@@ -646,13 +671,24 @@ class Dispatcher:
             return
         retry_after = parse_retry_after(result.headers) if isinstance(result, HTTPResult) else None
         delay = self.retry.durable_delay(delivery.rounds, retry_after)
+        exhausted = "retries exhausted"
+        max_age = self.options.max_delivery_age
+        if delay is not None and max_age is not None:
+            # The last retry is due when the delivery reaches its maximum age; one that
+            # fails at that age or later is the last.
+            left = delivery.created_at + max_age - now
+            if left <= 0:
+                delay = None
+                exhausted = f"older than max_delivery_age ({max_age:g} s)"
+            else:
+                delay = min(delay, left)
         if delay is None:
             await self._finish(
                 delivery,
                 "dead",
                 attempts,
                 status=status,
-                error=f"retries exhausted; last: {error}",
+                error=f"{exhausted}; last: {error}",
                 sent=sent,
             )
             self.metrics.deliveries.labels("dead").inc()
@@ -925,6 +961,14 @@ def _endpoint_or_none(delivery: Delivery) -> str | None:
 
 class _EndpointBusy(Exception):
     """The endpoint's in-flight cap and its waiting queue are both full."""
+
+
+class _RateLimited(Exception):
+    """The endpoint's rate limit has no token before ``until`` (epoch seconds)."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__(until)
+        self.until = until
 
 
 def dead_letter_hint(store: Store) -> str:

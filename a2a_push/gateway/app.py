@@ -125,8 +125,15 @@ class Gateway:
             timeouts=Timeouts(
                 connect=min(5.0, settings.request_timeout), total=settings.request_timeout
             ),
-            retry=RetryPolicy(quick_attempts=settings.quick_attempts),
-            dispatcher=DispatcherOptions(lease_seconds=settings.lease_seconds),
+            retry=RetryPolicy(
+                quick_attempts=settings.quick_attempts, schedule=settings.retry_schedule
+            ),
+            dispatcher=DispatcherOptions(
+                lease_seconds=settings.lease_seconds,
+                per_endpoint=settings.max_in_flight_per_endpoint,
+                max_delivery_age=settings.max_delivery_age,
+                rate_limits=settings.rate_limits,
+            ),
             key_reload_interval=0,
         )
         self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}

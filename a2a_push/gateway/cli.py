@@ -67,6 +67,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST_OR_CIDR",
         help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
     )
+    policy = parser.add_argument_group(
+        "delivery policy", "how deliveries are retried and paced (see docs/operations.md)"
+    )
+    policy.add_argument(
+        "--retry-schedule",
+        metavar="DELAYS",
+        help="the waits before each durable retry, e.g. 5s,5m,30m,2h "
+        "(default: 5s,5m,30m,2h,5h,10h,10h)",
+    )
+    policy.add_argument(
+        "--max-delivery-age",
+        metavar="DURATION",
+        help="dead-letter a failing delivery once it is this old, e.g. 1d (default: none)",
+    )
+    policy.add_argument(
+        "--max-in-flight-per-endpoint",
+        type=int,
+        metavar="N",
+        help="requests in flight to one endpoint at most, per replica (default: 16)",
+    )
+    policy.add_argument(
+        "--rate-limit",
+        type=float,
+        metavar="RPS",
+        help="requests per second to each endpoint at most, all replicas together (default: none)",
+    )
+    policy.add_argument(
+        "--endpoint-rate-limit",
+        action="append",
+        default=[],
+        metavar="ORIGIN=RPS",
+        help="requests per second to one endpoint, e.g. https://hooks.example.com=5 "
+        "(repeat; overrides --rate-limit for it)",
+    )
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -111,6 +145,11 @@ def _settings(args: argparse.Namespace) -> Any:
             "agents": agents,
             "admin_keys": args.admin_key,
             "allow_webhook_hosts": args.allow_webhook_host,
+            "retry_schedule": args.retry_schedule,
+            "max_delivery_age": args.max_delivery_age,
+            "max_in_flight_per_endpoint": args.max_in_flight_per_endpoint,
+            "rate_limit": args.rate_limit,
+            "endpoint_rate_limits": args.endpoint_rate_limit,
         },
     )
 

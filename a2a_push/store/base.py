@@ -448,6 +448,15 @@ class Outbox(abc.ABC):
         lanes to ``exclude_endpoints`` (those a claim would skip)."""
 
     @abc.abstractmethod
+    async def take_tokens(
+        self, endpoint: str, *, rate: float, capacity: float, want: int, now: float | None = None
+    ) -> tuple[int, float]:
+        """Take up to ``want`` tokens from ``endpoint``'s rate-limit bucket, shared by
+        every process on this store: it refills at ``rate`` tokens a second and holds at
+        most ``capacity`` (a new bucket starts full). Returns (tokens taken, seconds
+        until the next whole token when none were taken, else 0)."""
+
+    @abc.abstractmethod
     async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:
         """Counts of the outbox. ``count_delivered=False`` leaves out the delivered
         count (``delivered`` is None): it reads every retained delivered row, which the

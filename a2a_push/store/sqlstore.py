@@ -550,6 +550,21 @@ class SQLStore(RowMapping, Store, abc.ABC):
             oldest_pending_created_at=row["oldest"],
         )
 
+    async def take_tokens(
+        self, endpoint: str, *, rate: float, capacity: float, want: int, now: float | None = None
+    ) -> tuple[int, float]:
+        if rate <= 0 or capacity < 1 or want < 1:
+            raise ValueError("take_tokens: rate > 0, capacity >= 1 and want >= 1 are needed")
+        at = self._stats_now(now)
+
+        async def op(tx: Tx) -> Any:
+            return await tx.fetchrow("take_tokens", endpoint, rate, capacity, want, at)
+
+        # Bookkeeping (no flush at commit): a bucket lost in a crash refills as new.
+        row = await self._transaction(op, sync=False)
+        granted, left = int(row["granted"]), float(row["tokens"])
+        return granted, 0.0 if granted else max(0.0, 1.0 - left) / rate
+
     def _stats_now(self, now: float | None) -> float | None:
         """The time ``stats`` counts due and leased lanes at (None: the backend's clock)."""
         return time.time() if now is None else now

@@ -1071,3 +1071,25 @@ async def test_a_body_that_fails_ahead_fails_only_where_it_would_be_queued(store
     await store.set_config_enabled(stored.key, True)
     with pytest.raises(ValueError, match="cannot be sent as JSON"):
         await store.enqueue("t-bad", "statusUpdate", broken, new_id=ids())
+
+
+async def test_a_rate_bucket_hands_out_its_capacity_then_its_refill(store: Store) -> None:
+    """The shared token bucket (one row per endpoint): full at first, never more than
+    asked or held, refilled at its rate; when empty, the wait until the next token."""
+    t = 1_000_000.0
+    take = store.take_tokens
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=2, now=t) == (2, 0.0)
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=5, now=t) == (1, 0.0)
+    granted, wait = await take("https://a:443", rate=2.0, capacity=3.0, want=1, now=t)
+    assert granted == 0 and wait == pytest.approx(0.5)
+    granted, wait = await take("https://a:443", rate=2.0, capacity=3.0, want=1, now=t + 0.25)
+    assert granted == 0 and wait == pytest.approx(0.25)
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=4, now=t + 0.5) == (1, 0.0)
+    # Idle for long: refilled up to its capacity only.
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=9, now=t + 100) == (3, 0.0)
+    # Buckets are per endpoint; a clock that steps back refills nothing.
+    assert await take("https://b:443", rate=1.0, capacity=1.0, want=1, now=t + 100) == (1, 0.0)
+    granted, _ = await take("https://b:443", rate=1.0, capacity=1.0, want=1, now=t + 50)
+    assert granted == 0
+    with pytest.raises(ValueError, match="rate > 0"):
+        await take("https://a:443", rate=0.0, capacity=1.0, want=1)

@@ -525,3 +525,23 @@ GROUP BY bucket;
 SELECT endpoint, duration, verdict FROM attempts
 WHERE started_at >= $1 AND started_at < $2
 ORDER BY started_at DESC LIMIT $3;
+
+-- ---- rate limits ----------------------------------------------------------------------
+
+-- name: take_tokens
+-- Up to $4 tokens from endpoint $1's bucket (refilled at $2 a second, holding at most
+-- $3), at time $5 (NULL: the database server's clock); one statement, so concurrent
+-- takers queue on the row. granted: how many were taken; tokens: what is left (below 1 when none were).
+INSERT INTO rate_buckets AS b (endpoint, tokens, updated_at, granted)
+SELECT $1, $3::float8 - LEAST($4::int, floor($3::float8)::int), t.now,
+       LEAST($4::int, floor($3::float8)::int)
+FROM (SELECT coalesce($5::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
+ON CONFLICT (endpoint) DO UPDATE SET
+    granted = LEAST($4::int, floor(LEAST($3::float8,
+        b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8))::int),
+    tokens = LEAST($3::float8,
+        b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8)
+        - LEAST($4::int, floor(LEAST($3::float8,
+            b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8))::int),
+    updated_at = GREATEST(b.updated_at, excluded.updated_at)
+RETURNING granted, tokens;

@@ -357,3 +357,20 @@ GROUP BY bucket;
 SELECT endpoint, duration, verdict FROM attempts
 WHERE started_at >= ?1 AND started_at < ?2
 ORDER BY started_at DESC LIMIT ?3;
+
+-- ---- rate limits ----------------------------------------------------------------------
+
+-- name: take_tokens
+-- Up to ?4 tokens from endpoint ?1's bucket (refilled at ?2 a second, holding at most
+-- ?3), at time ?5. granted: how many were taken; tokens: what is left (below 1 when none
+-- were). (CAST truncates, which is floor for these non-negative amounts.)
+INSERT INTO rate_buckets AS b (endpoint, tokens, updated_at, granted)
+SELECT ?1, ?3 - min(?4, CAST(?3 AS INTEGER)), ?5, min(?4, CAST(?3 AS INTEGER)) WHERE true
+ON CONFLICT (endpoint) DO UPDATE SET
+    granted = min(?4, CAST(min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+                           AS INTEGER)),
+    tokens = min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+        - min(?4, CAST(min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+                       AS INTEGER)),
+    updated_at = max(b.updated_at, excluded.updated_at)
+RETURNING granted, tokens;
