@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from a2a_push import logs
+from a2a_push import logs, tracing
 from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import run_app
@@ -78,6 +78,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        help="text (the default) or json: one JSON object per line",
+    )
+    parser.add_argument(
+        "--tracing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
+        "says (needs the otel extra)",
+    )
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -111,6 +123,8 @@ def _settings(args: argparse.Namespace) -> Any:
             "agents": agents,
             "admin_keys": args.admin_key,
             "allow_webhook_hosts": args.allow_webhook_host,
+            "log_format": args.log_format,
+            "tracing": args.tracing,
         },
     )
 
@@ -132,7 +146,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logs.configure(str(args.log_level).upper())
+    logs.configure(str(args.log_level).upper(), settings.log_format)
+    if settings.tracing:
+        try:
+            tracing.configure_service("a2a-push-gateway")
+        except tracing.TracingUnavailableError as exc:
+            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}")
+            return 2
     if args.config is not None:
         _warn_if_others_can_read(args.config)
     # Bound before anything else: a port that is taken stops the command before it

@@ -19,6 +19,7 @@ from pydantic import (
 from a2a_push.delivery.dispatcher import longest_claim
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.logs import LogFormat
 from a2a_push.settings_files import (
     SettingsError,
     Sources,
@@ -78,6 +79,13 @@ class GatewaySettings(_Model):
         default=True,
         description="record every HTTP attempt of every delivery (the admin API's "
         "/admin/deliveries/{id}/attempts); false records none",
+    )
+    log_format: LogFormat = Field(
+        default="text", description="text, or json: one JSON object per line"
+    )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans, exported with OTLP (needs the otel extra)",
     )
     task_retention_days: float | None = Field(
         default=7.0,

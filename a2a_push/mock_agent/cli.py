@@ -14,11 +14,14 @@ from pathlib import Path
 from a2a_push.cli.common import PROG, CLIError, gateway_url, non_negative_seconds
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.logs import LOG_FORMATS
 
 from .app import DEFAULT_HOST, DEFAULT_LOG_LEVEL, DEFAULT_PORT, LOG_LEVELS, port_problem, serve
 from .flows import DEFAULT_STEP_DELAY
 
 ENV_GATEWAY_KEY = "A2A_PUSH_GATEWAY_KEY"
+ENV_LOG_FORMAT = "A2A_PUSH_LOG_FORMAT"
+ENV_TRACING = "A2A_PUSH_TRACING"
 
 # What --log-level shows: the --help text, which README.md repeats word for word (a test
 # compares them).
@@ -93,6 +96,19 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         default=DEFAULT_LOG_LEVEL,
         help=LOG_LEVEL_HELP,
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=env.get(ENV_LOG_FORMAT) or "text",
+        help=f"text or json: one JSON object per line (default: ${ENV_LOG_FORMAT} or text)",
+    )
+    parser.add_argument(
+        "--tracing",
+        action=argparse.BooleanOptionalAction,
+        default=env.get(ENV_TRACING, "").strip().lower() in ("1", "true", "yes", "on"),
+        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
+        f"says (needs the otel extra; default: ${ENV_TRACING})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         AddressPolicy(args.allow_webhook_hosts)
     except ValueError as exc:
         raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
+    if args.log_format not in LOG_FORMATS:
+        raise CLIError(f"${ENV_LOG_FORMAT}: {args.log_format!r}; use text or json", 2)
     if bool(args.gateway) != bool(args.gateway_key):
         raise CLIError(f"--gateway needs --gateway-key (or ${ENV_GATEWAY_KEY})", 2)
     return serve(
@@ -117,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         gateway_url=gateway_url(args.gateway, "--gateway") if args.gateway else None,
         gateway_key=args.gateway_key,
         log_level=args.log_level,
+        log_format=args.log_format,
+        tracing=args.tracing,
         prog=PROG,
     )
 
