@@ -5,6 +5,7 @@ serve."""
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import logging
@@ -77,6 +78,30 @@ class _OneLine(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    log_format: str | None = None,
+    tracing: bool | None = None,
+    default_note: str = "",
+) -> None:
+    """The services' ``--log-format`` and ``--tracing`` options (defaults: None, left to
+    their settings, unless given)."""
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=log_format,
+        help=f"text (the default) or json: one JSON object per line{default_note}",
+    )
+    parser.add_argument(
+        "--tracing",
+        action=argparse.BooleanOptionalAction,
+        default=tracing,
+        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
+        f"says (needs the otel extra){default_note}",
+    )
 
 
 def configure(level: str | int, log_format: LogFormat = "text") -> None:

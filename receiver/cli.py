@@ -82,17 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
-    parser.add_argument(
-        "--log-format",
-        choices=logs.LOG_FORMATS,
-        help="text (the default) or json: one JSON object per line",
-    )
-    parser.add_argument(
-        "--tracing",
-        action=argparse.BooleanOptionalAction,
-        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
-        "says (needs the otel extra)",
-    )
+    logs.add_arguments(parser)
 
 
 def _prog(args: argparse.Namespace) -> str:

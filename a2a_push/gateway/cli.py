@@ -78,18 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
-    parser.add_argument(
-        "--log-format",
-        choices=logs.LOG_FORMATS,
-        help="text (the default) or json: one JSON object per line",
-    )
-    parser.add_argument(
-        "--tracing",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
-        "says (needs the otel extra)",
-    )
+    logs.add_arguments(parser)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from a2a_push import logs
 from a2a_push.cli.common import PROG, CLIError, gateway_url, non_negative_seconds
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -96,18 +97,11 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         default=DEFAULT_LOG_LEVEL,
         help=LOG_LEVEL_HELP,
     )
-    parser.add_argument(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=env.get(ENV_LOG_FORMAT) or "text",
-        help=f"text or json: one JSON object per line (default: ${ENV_LOG_FORMAT} or text)",
-    )
-    parser.add_argument(
-        "--tracing",
-        action=argparse.BooleanOptionalAction,
-        default=env.get(ENV_TRACING, "").strip().lower() in ("1", "true", "yes", "on"),
-        help="OpenTelemetry spans, exported with OTLP where OTEL_EXPORTER_OTLP_ENDPOINT "
-        f"says (needs the otel extra; default: ${ENV_TRACING})",
+    logs.add_arguments(
+        parser,
+        log_format=env.get(ENV_LOG_FORMAT) or "text",
+        tracing=env.get(ENV_TRACING, "").strip().lower() in ("1", "true", "yes", "on"),
+        default_note=f" (defaults: ${ENV_LOG_FORMAT}, ${ENV_TRACING})",
     )
 
 
