@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from yarl import URL
 
+from .. import tracing
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
 from ..metrics import Metrics
 from ..protocol.constants import (
@@ -711,12 +712,26 @@ class Dispatcher:
             await self.store.complete([outcome])
         self._count_verdicts(sent, "retry")
         self.metrics.deliveries.labels("retry").inc()
-        self._log_outcome(delivery, outcome)
+        self._log_outcome(delivery, outcome, sent)
 
     async def _post(
         self, delivery: Delivery, config: StoredConfig, tried: list[_Tried]
     ) -> HTTPResult:
         headers = webhook_headers(delivery, config, self.signer)
+        span, traceparent = (
+            tracing.start_attempt(
+                delivery.traceparent,
+                url=URL(config.url),
+                delivery_id=delivery.id,
+                task_id=delivery.task_id,
+                config_id=config.id,
+                attempt=delivery.attempts + len(tried) + 1,
+            )
+            if tracing.enabled()
+            else (None, delivery.traceparent)
+        )
+        if traceparent is not None:
+            headers[tracing.TRACEPARENT] = traceparent
         started_at = time.time()
         started = time.perf_counter()
         try:
@@ -733,7 +748,7 @@ class Dispatcher:
             error_class = exc.error_class
             self.metrics.attempt_errors.labels(error_class).inc()
             # Strings only: the exception's traceback holds this frame (a cycle).
-            tried.append(_Tried(started_at, took, None, error_class, _describe(exc)))
+            tried.append(_Tried(started_at, took, None, error_class, _describe(exc), span=span))
             raise
         took = time.perf_counter() - started
         self.metrics.attempt_latency.observe(took)
@@ -741,7 +756,7 @@ class Dispatcher:
         response = b""
         if result.body and self._history_on:
             response = _redacted(result.body, headers, config)
-        tried.append(_Tried(started_at, took, result.status, None, None, response))
+        tried.append(_Tried(started_at, took, result.status, None, None, response, span))
         return result
 
     @property
@@ -782,6 +797,8 @@ class Dispatcher:
     def _count_verdicts(self, sent: _Sent | None, verdict: AttemptVerdict) -> None:
         if sent is None or not sent.tried:
             return
+        if tracing.enabled():
+            _end_spans(sent, verdict)
         counters = self._verdict_counters
         if counters is None:  # the labelled children, looked up once
             verdicts = self.metrics.attempt_verdicts
@@ -845,15 +862,15 @@ class Dispatcher:
                 nxt = None
         self._count_verdicts(sent, verdict)
         if kind == "dead" or attempts > 1:
-            self._log_outcome(delivery, outcome)
+            self._log_outcome(delivery, outcome, sent)
         return nxt
 
-    def _log_outcome(self, delivery: Delivery, outcome: Outcome) -> None:
+    def _log_outcome(self, delivery: Delivery, outcome: Outcome, sent: _Sent | None = None) -> None:
         """One log line for a retry, a dead letter, a disabled config, or a delivery
         that needed more than one attempt (see ``webhook_log``). Never raises: the
         outcome is already recorded, and a failing log handler must not undo that."""
         try:
-            self._write_outcome_line(delivery, outcome)
+            self._write_outcome_line(delivery, outcome, sent)
         except Exception:
             log.debug("could not log the outcome of delivery %s", delivery.id, exc_info=True)
 
@@ -875,7 +892,7 @@ class Dispatcher:
         n = last[1]
         return f"; {n} more like this for this config in the last {now - last[0]:.0f} s not logged"
 
-    def _write_outcome_line(self, delivery: Delivery, outcome: Outcome) -> None:
+    def _write_outcome_line(self, delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> None:
         kind = outcome.kind
         level = logging.WARNING if kind == "dead" else logging.INFO
         if not webhook_log.isEnabledFor(level):
@@ -895,6 +912,7 @@ class Dispatcher:
         tries = f"{n} attempt{'' if n == 1 else 's'}"
         ids = f"delivery {delivery.id}, task {delivery.task_id}"
         why = outcome.error or f"HTTP {outcome.status}"
+        fields = _log_fields(delivery, outcome, sent)
         if note is None:
             pass
         elif kind == "retry":
@@ -907,7 +925,7 @@ class Dispatcher:
                 wait,
                 ids,
                 note,
-                extra={WEBHOOK_OUTCOME: "retry"},
+                extra={WEBHOOK_OUTCOME: "retry", **fields},
             )
         elif kind == "dead":
             webhook_log.warning(
@@ -918,7 +936,7 @@ class Dispatcher:
                 ids,
                 note,
                 dead_letter_hint(self.store),
-                extra={WEBHOOK_OUTCOME: "dead"},
+                extra={WEBHOOK_OUTCOME: "dead", **fields},
             )
         else:
             webhook_log.info(
@@ -927,7 +945,7 @@ class Dispatcher:
                 tries,
                 ids,
                 note,
-                extra={WEBHOOK_OUTCOME: kind},
+                extra={WEBHOOK_OUTCOME: kind, **fields},
             )
         if outcome.disable_config:
             webhook_log.warning(
@@ -936,8 +954,28 @@ class Dispatcher:
                 config.id if config else delivery.config_key,
                 delivery.task_id,
                 outcome.disable_config,
-                extra={WEBHOOK_OUTCOME: "disabled"},
+                extra={WEBHOOK_OUTCOME: "disabled", **fields, "verdict": "disabled"},
             )
+
+
+def _log_fields(delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> dict[str, Any]:
+    """The structured fields of an outcome's log line (see a2a_push.logs.FIELDS): ids,
+    the endpoint's origin, the attempt count, the last attempt's status and latency,
+    the verdict and the publish's trace id. Never a URL's path or query."""
+    config = delivery.config
+    last = sent.tried[-1] if sent is not None and sent.tried else None
+    return {
+        "delivery_id": delivery.id,
+        "task_id": delivery.task_id,
+        "config_id": config.id if config is not None else None,
+        "endpoint": _origin_of(config.url) if config is not None else None,
+        "attempt": outcome.attempts,
+        "status": outcome.status,
+        "latency_ms": round(last.duration * 1000, 1) if last is not None else None,
+        "error_class": last.error_class if last is not None else None,
+        "verdict": outcome.kind,
+        "trace_id": tracing.trace_id_of(delivery.traceparent),
+    }
 
 
 def _origin_of(url: str) -> str:
@@ -995,6 +1033,22 @@ class _Tried:
     error_class: str | None
     error: str | None
     response: bytes = b""
+    span: Any = None  # its trace span, ended once its verdict is known (see tracing)
+
+
+def _end_spans(sent: _Sent, verdict: AttemptVerdict) -> None:
+    """End the claim's attempt spans: each but the last was followed by another quick
+    attempt (a retry); the last ends as the outcome does (as the attempt history says)."""
+    last = len(sent.tried) - 1
+    for i, t in enumerate(sent.tried):
+        if t.span is not None:
+            tracing.end_attempt(
+                t.span,
+                status=t.status,
+                error_class=t.error_class,
+                verdict=verdict if i == last else "retry",
+                ended_at=t.started_at + t.duration,
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from a2a_push import logs
+from a2a_push import logs, tracing
 from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.httputil import run_app
@@ -112,6 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
+    logs.add_arguments(parser)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -150,6 +151,8 @@ def _settings(args: argparse.Namespace) -> Any:
             "max_in_flight_per_endpoint": args.max_in_flight_per_endpoint,
             "rate_limit": args.rate_limit,
             "endpoint_rate_limits": args.endpoint_rate_limit,
+            "log_format": args.log_format,
+            "tracing": args.tracing,
         },
     )
 
@@ -171,7 +174,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logs.configure(str(args.log_level).upper())
+    logs.configure(str(args.log_level).upper(), settings.log_format)
+    if settings.tracing:
+        try:
+            tracing.configure_service("a2a-push-gateway")
+        except tracing.TracingUnavailableError as exc:
+            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}")
+            return 2
     if args.config is not None:
         _warn_if_others_can_read(args.config)
     # Bound before anything else: a port that is taken stops the command before it

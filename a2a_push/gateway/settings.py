@@ -20,6 +20,7 @@ from a2a_push.delivery.dispatcher import DispatcherOptions, longest_claim
 from a2a_push.delivery.ratelimit import RateLimits
 from a2a_push.delivery.retry import DEFAULT_SCHEDULE, RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.logs import LogFormat
 from a2a_push.settings_files import (
     SettingsError,
     Sources,
@@ -108,6 +109,13 @@ class GatewaySettings(_Model):
         default_factory=dict,
         description="requests per second to particular endpoints (origin -> limit), "
         "overriding rate_limit",
+    )
+    log_format: LogFormat = Field(
+        default="text", description="text, or json: one JSON object per line"
+    )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans, exported with OTLP (needs the otel extra)",
     )
     task_retention_days: float | None = Field(
         default=7.0,

@@ -215,6 +215,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
                     only_config_key=stored.key,
                     at=at,
                     final=initial.final,
+                    traceparent=initial.traceparent,
                 )
                 if ids:
                     tx.notify()
@@ -315,6 +316,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
         idempotency_key: str | None = None,
         idempotency_since: float | None = None,
         final: bool = False,
+        traceparent: str | None = None,
     ) -> tuple[int, list[str]]:
         since = float("-inf") if idempotency_since is None else idempotency_since
         # Rendered before the transaction where it can be: the bodies for the protocol
@@ -355,6 +357,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
                 only_config_key=only_config_key,
                 at=at,
                 final=final,
+                traceparent=traceparent,
             )
             if idempotency_key is not None:
                 await tx.execute("put_idempotency_key", idempotency_key, seq, json.dumps(ids), at)
@@ -758,6 +761,7 @@ async def _fan_out(
     only_config_key: str | None,
     at: float,
     final: bool = False,
+    traceparent: str | None = None,
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``): the
     task's next ``seq``, one delivery per config, each config's lane opened if it has
@@ -784,7 +788,9 @@ async def _fan_out(
     for key, version, endpoint in targets:
         delivery_id = new_id()
         ids.append(delivery_id)
-        rows.append((delivery_id, key, task_id, seq, kind, bodies[version], at, endpoint))
+        rows.append(
+            (delivery_id, key, task_id, seq, kind, bodies[version], at, endpoint, traceparent)
+        )
         lanes.append((key, task_id, delivery_id, at, endpoint))
     await tx.executemany("insert_delivery", rows)
     await tx.executemany("open_lane", lanes)

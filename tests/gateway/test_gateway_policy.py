@@ -200,8 +200,11 @@ async def test_the_gateway_sends_by_its_schedule_and_dead_letters_at_the_maximum
         # of age (plus the attempt's own time).
         gaps = [b.received_at - a.received_at for a, b in itertools.pairwise(hooks)]
         assert 2 <= len(hooks) <= 5, gaps
-        assert all(0.7 <= g <= 1.6 for g in gaps), gaps
-        assert hooks[-1].received_at - started < 4.5
+        # The last retry is moved up to the maximum age, so it may follow the one
+        # before it sooner than the schedule says; it is the attempt at 3 s of age.
+        assert all(0.7 <= g <= 1.6 for g in gaps[:-1]), gaps
+        assert 0 < gaps[-1] <= 1.6, gaps
+        assert 2.8 <= hooks[-1].received_at - started < 4.5
         assert dead[0].last_error is not None
         assert dead[0].last_error.startswith("older than max_delivery_age (3 s)")
 

@@ -226,8 +226,8 @@ DELETE FROM configs WHERE task_id = ANY($1::text[]);
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at, endpoint)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7, $8);
+                        next_attempt_at, created_at, updated_at, endpoint, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7, $8, $9);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES ($1, $2, $3, $4, $5)
@@ -263,7 +263,7 @@ WITH clock AS (
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        l.endpoint AS lane_endpoint, l.window_size, (SELECT now FROM clock) AS now,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -284,7 +284,7 @@ WHERE lanes.config_key = k.config_key AND lanes.task_id = k.task_id;
 
 -- name: deliveries_with_configs
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,

@@ -154,8 +154,8 @@ DELETE FROM configs WHERE task_id IN (SELECT value FROM json_each(?1));
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at, endpoint)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7, ?8);
+                        next_attempt_at, created_at, updated_at, endpoint, traceparent)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7, ?8, ?9);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -174,7 +174,7 @@ WITH due AS (
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -192,7 +192,7 @@ UPDATE lanes SET due_at = ?1, lease_owner = ?2 WHERE config_key = ?3 AND task_id
 
 -- name: deliveries_with_configs
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
