@@ -104,10 +104,15 @@ def add_arguments(
     )
 
 
+_format: LogFormat = "text"  # as configure() set it: the announcement's format too
+
+
 def configure(level: str | int, log_format: LogFormat = "text") -> None:
     """Log to stderr at ``level``, as text lines or as JSON lines (``log_format``).
     asyncpg's pool retries reconnecting while PostgreSQL is down or restarting, each
     time with a full traceback: one line each instead."""
+    global _format
+    _format = log_format
     if log_format == "json":
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JSONFormatter())
@@ -124,5 +129,9 @@ def serving(banner: str) -> None:
     since: their pauses, which stop the event loop, drop from tens of ms to little."""
     gc.collect()  # startup's own garbage first: frozen objects are never freed
     gc.freeze()
-    if banner:  # (a worker of several that leaves the announcing to the first)
-        print(banner, flush=True)
+    if not banner:  # (a worker of several that leaves the announcing to the first)
+        return
+    if _format == "json":  # on stdout too, every line a JSON object
+        record = logging.LogRecord("a2a_push.serving", logging.INFO, "", 0, banner, None, None)
+        banner = JSONFormatter().format(record)
+    print(banner, flush=True)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,6 +22,7 @@ from a2a_push.protocol.types import TaskState, TaskStatus, TaskStatusUpdateEvent
 AGENT_KEY = "agent-a-key-0123456789"
 OTHER_KEY = "agent-b-key-0123456789"
 ADMIN_KEY = "admin-key-0123456789ab"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -51,6 +57,71 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[tuple[str,
         yield str(server.make_url("")).rstrip("/"), app[GATEWAY]
     finally:
         await server.close()
+
+
+@dataclass
+class GatewayProcess:
+    url: str
+    process: asyncio.subprocess.Process
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def gateway_process(
+    database: str, *args: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[GatewayProcess]:
+    """``a2a-push gateway`` in its own process on a free port (agent-a with AGENT_KEY,
+    ADMIN_KEY, webhooks allowed to 127.0.0.1), once it has announced it serves; every
+    line it wrote on stdout and stderr, until it stops (SIGTERM) after the block."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "a2a_push",
+        "gateway",
+        "--port",
+        str(port),
+        "--database",
+        database,
+        "--agent-key",
+        f"agent-a:{AGENT_KEY}",
+        "--admin-key",
+        ADMIN_KEY,
+        "--allow-webhook-host",
+        "127.0.0.1",
+        *args,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    gateway = GatewayProcess(f"http://127.0.0.1:{port}", process)
+
+    async def collect(stream: asyncio.StreamReader, lines: list[str]) -> None:
+        async for line in stream:
+            lines.append(line.decode())
+
+    readers = [
+        asyncio.create_task(collect(process.stdout, gateway.stdout)),
+        asyncio.create_task(collect(process.stderr, gateway.stderr)),
+    ]
+    try:
+        async with asyncio.timeout(60):
+            while not gateway.stdout:  # the announcement: it serves
+                assert process.returncode is None, "".join(gateway.stderr)
+                await asyncio.sleep(0.05)
+        yield gateway
+    finally:
+        if process.returncode is None:
+            process.terminate()  # (flushes the spans still batched, when tracing)
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        await asyncio.wait_for(asyncio.gather(*readers), 5)
 
 
 def status(task_id: str, state: TaskState, context: str = "ctx-1") -> TaskStatusUpdateEvent:

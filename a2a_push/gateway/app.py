@@ -30,6 +30,7 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import ValidationError
 
+from a2a_push import tracing
 from a2a_push.console import Console, ConsoleSource
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.retry import RetryPolicy
@@ -536,9 +537,19 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             return _error(500, "internal", "internal error; see the gateway's log")
 
     async def post_event(request: web.Request) -> web.Response:
+        # The agent's trace continues here (its traceparent header, sent by
+        # GatewayClient): the publish, every attempt and the receiver are in it.
+        with tracing.server_span("a2a_push gateway event", request.headers) as span:
+            response = await accept_event(request)
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status)
+        return response
+
+    async def accept_event(request: web.Request) -> web.Response:
         agent_id = gw.agent_for(request.headers)
         assert agent_id is not None
         task_id = request.match_info["task_id"]
+        tracing.annotate(**{"a2a_push.agent": agent_id})
         if not valid_task_id(task_id):
             return _error(400, "invalid_task_id", _INVALID_TASK_ID)
         if request.content_type not in ("application/json", "application/a2a+json"):
@@ -576,6 +587,7 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         key = request.headers.get(HEADER_IDEMPOTENCY_KEY)
         if key is not None and not (0 < len(key) <= 255 and key.isascii() and key.isprintable()):
             return _error(400, "invalid_header", f"{HEADER_IDEMPOTENCY_KEY}: 1-255 printable ASCII")
+        tracing.annotate(**{"a2a_push.task_id": task_id})
         known = await gw.record(agent_id, task_id, status_json, context)
         if known is None:
             return _error(404, "task_not_found", f"task {task_id!r} was not found")

@@ -19,7 +19,9 @@ from tenacity import (
     stop_after_delay,
     wait_exponential_jitter,
 )
+from yarl import URL
 
+from a2a_push import tracing
 from a2a_push.errors import A2APushError
 from a2a_push.protocol.types import (
     StreamResponse,
@@ -172,6 +174,7 @@ class GatewayClient:
         timeout: float = 15.0,
     ) -> None:
         self.url = check_gateway_url(url)
+        self._host = URL(self.url).host or ""
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._session = session
         self._owns_session = session is None
@@ -206,25 +209,38 @@ class GatewayClient:
 
         Every retry carries the same ``Idempotency-Key`` (a fresh one per call unless
         given), so an event whose first answer was lost is not queued twice.
+
+        When tracing (:mod:`a2a_push.tracing`), the post is an ``a2a_push post event``
+        span (a child of the current span, if any) whose W3C ``traceparent`` goes on
+        the request: the gateway's publish, its attempts and the receiver continue it.
         """
         wrapped = event if isinstance(event, StreamResponse) else StreamResponse.wrap(event)
         body = wrapped.to_json_bytes()
         key = idempotency_key or uuid.uuid4().hex
         path = f"/v1/tasks/{quote(task_id, safe='')}/events"
         started, tries = time.monotonic(), 0
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
-                wait=_WaitRetryAfter(10.0),
-                retry=retry_if_exception(_retryable),
-                reraise=True,
-            ):
-                with attempt:
-                    tries += 1
-                    return await self._request("POST", path, body, {"Idempotency-Key": key})
-        except GatewayError as exc:
-            exc.tries, exc.elapsed = tries, time.monotonic() - started
-            raise
+        with tracing.client_span(
+            "a2a_push post event",
+            tracing.current_context(),
+            **{"a2a_push.task_id": task_id, "server.address": self._host},
+        ):
+            headers = {"Idempotency-Key": key, **tracing.outgoing_headers()}
+            try:
+                async for attempt in AsyncRetrying(
+                    stop=stop_after_attempt(self._attempts) | stop_after_delay(self._deadline),
+                    wait=_WaitRetryAfter(10.0),
+                    retry=retry_if_exception(_retryable),
+                    reraise=True,
+                ):
+                    with attempt:
+                        tries += 1
+                        answer = await self._request("POST", path, body, headers)
+                        tracing.annotate(**{"a2a_push.tries": tries})
+                        return answer
+            except GatewayError as exc:
+                exc.tries, exc.elapsed = tries, time.monotonic() - started
+                tracing.annotate(**{"a2a_push.tries": tries})
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def whoami(self) -> str:

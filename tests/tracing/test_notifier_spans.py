@@ -4,6 +4,7 @@ exporter; the webhook sink is a real HTTP server on 127.0.0.1."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from tenacity import wait_fixed
 from a2a_push import PushNotifier, tracing
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.gateway.client import GatewayClient, GatewayError
 from a2a_push.protocol.types import (
     TaskPushNotificationConfig,
     TaskState,
@@ -21,6 +23,8 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
 )
 
+from ..gateway_support import AGENT_KEY, OTHER_KEY, gateway_settings, running_gateway
+from ..gateway_support import status as status_update
 from .otel_support import require_otel
 
 
@@ -162,3 +166,55 @@ async def test_a_delivery_carries_its_stored_traceparent_from_a_process_that_doe
     (pub,) = [s for s in exporter.get_finished_spans() if s.name == "a2a_push publish"]
     assert len(sink.traceparents) == 1
     assert _ids(sink.traceparents[0]) == (pub.context.trace_id, pub.context.span_id)
+
+
+async def test_an_agent_post_to_the_gateway_continues_the_agents_span(
+    exporter: Any, tmp_path: Path
+) -> None:
+    """GatewayClient's post is a child of the span current in the agent, and sends its
+    traceparent; the gateway's event span continues it and holds the publish."""
+    from opentelemetry.trace import SpanKind
+
+    async with (
+        running_gateway(gateway_settings(str(tmp_path / "gw.db"))) as (url, _gw),
+        GatewayClient(url, AGENT_KEY) as client,
+    ):
+        with tracing.client_span("agent work", tracing.current_context()) as work:
+            answer = await client.publish("t-3", status_update("t-3", TaskState.WORKING))
+    assert answer["deliveries"] == 0  # (no config: nothing to send)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    post, event, publish = (
+        spans[name]
+        for name in ("a2a_push post event", "a2a_push gateway event", "a2a_push publish")
+    )
+    assert post.kind is SpanKind.CLIENT and event.kind is SpanKind.SERVER
+    assert post.parent is not None and post.parent.span_id == work.get_span_context().span_id
+    assert event.parent is not None and event.parent.span_id == post.context.span_id
+    assert publish.parent is not None and publish.parent.span_id == event.context.span_id
+    trace_id = work.get_span_context().trace_id
+    assert {s.context.trace_id for s in (post, event, publish)} == {trace_id}
+    assert post.attributes["a2a_push.tries"] == 1
+    assert post.attributes["server.address"] == "127.0.0.1"
+    assert event.attributes["a2a_push.agent"] == "agent-a"
+    assert event.attributes["a2a_push.task_id"] == "t-3"
+    assert event.attributes["http.response.status_code"] == 202
+
+
+async def test_a_post_the_gateway_refuses_is_traced_with_its_status(
+    exporter: Any, tmp_path: Path
+) -> None:
+    async with (
+        running_gateway(gateway_settings(str(tmp_path / "gw.db"))) as (url, _gw),
+        GatewayClient(url, AGENT_KEY) as client,
+    ):
+        await client.publish("t-4", status_update("t-4", TaskState.WORKING))
+        with pytest.raises(GatewayError):  # another agent owns it
+            await GatewayClient(url, OTHER_KEY, session=client._client()).publish(
+                "t-4", status_update("t-4", TaskState.WORKING)
+            )
+    refused = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.name == "a2a_push gateway event" and s.attributes["http.response.status_code"] == 404
+    ]
+    assert len(refused) == 1 and refused[0].attributes["a2a_push.agent"] == "agent-b"

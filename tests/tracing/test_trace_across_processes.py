@@ -5,133 +5,23 @@ parsed here: the fields are there, and no token or webhook URL path/query is."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from ..gateway_support import free_port
 from ..mock_agent_support import ALICE, mock_agent_process, result
-from .otel_support import require_otel
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-API_KEY = "alice-api-key-0123456789"
-
-
-class Collector:
-    """An OTLP/HTTP trace endpoint: every span it is sent, by service."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-
-    async def traces(self, request: web.Request) -> web.Response:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        message = ExportTraceServiceRequest()
-        message.ParseFromString(await request.read())
-        for resource_spans in message.resource_spans:
-            service = next(
-                a.value.string_value
-                for a in resource_spans.resource.attributes
-                if a.key == "service.name"
-            )
-            for scope in resource_spans.scope_spans:
-                for span in scope.spans:
-                    self.spans.append(
-                        {
-                            "service": service,
-                            "name": span.name,
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent_id": span.parent_span_id.hex(),
-                            "attributes": {a.key: _value(a.value) for a in span.attributes},
-                        }
-                    )
-        return web.Response(status=200, content_type="application/x-protobuf")
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        return [s for s in self.spans if s["name"] == name]
-
-
-def _value(value: Any) -> Any:
-    return getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
-
-
-@asynccontextmanager
-async def collector() -> AsyncIterator[tuple[Collector, str]]:
-    found = Collector()
-    app = web.Application()
-    app.router.add_post("/v1/traces", found.traces)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield found, str(server.make_url("/v1/traces"))
-    finally:
-        await server.close()
-
-
-@asynccontextmanager
-async def receiver_process(tmp_path: Path, agent_url: str) -> AsyncIterator[tuple[str, list[str]]]:
-    port = free_port()
-    config = tmp_path / "receiver.json"
-    config.write_text(
-        json.dumps(
-            {
-                "agents": [{"url": agent_url + "/", "credentials": "Bearer alice-token"}],
-                "api_keys": [{"client_id": "alice", "api_key": API_KEY}],
-                "fetch_coalesce_seconds": 0.01,
-            }
-        )
-    )
-    config.chmod(0o600)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "receiver",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-        "--data-dir",
-        str(tmp_path / "receiver"),
-        "--log-format",
-        "json",
-        "--log-level",
-        "INFO",
-        "--tracing",
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    lines: list[str] = []
-
-    async def collect(stream: asyncio.StreamReader) -> None:
-        async for line in stream:
-            lines.append(line.decode())
-
-    reader = asyncio.create_task(collect(process.stderr))
-    try:
-        banner = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-        assert "receiver: webhooks at" in banner, (banner, lines)
-        yield f"http://127.0.0.1:{port}", lines
-    finally:
-        if process.returncode is None:
-            process.terminate()  # flushes the spans still batched (atexit)
-            await asyncio.wait_for(process.wait(), 15)
-        await asyncio.wait_for(reader, 5)
+from .otel_support import (
+    API_KEY,
+    collector,
+    follow_until_completed,
+    receiver_process,
+    require_otel,
+    start_report,
+)
 
 
 async def test_one_trace_from_the_publish_through_the_webhook_to_get_task(
@@ -153,19 +43,7 @@ async def test_one_trace_from_the_publish_through_the_webhook_to_get_task(
             receiver_process(tmp_path, agent.url) as (receiver_url, receiver_lines),
             aiohttp.ClientSession() as session,
         ):
-            message = {
-                "messageId": str(uuid.uuid4()),
-                "role": "ROLE_USER",
-                "parts": [{"text": "report"}],
-            }
-            task = (
-                await result(
-                    session,
-                    agent.url,
-                    "SendMessage",
-                    {"message": message, "configuration": {"returnImmediately": True}},
-                )
-            )["task"]
+            task = await start_report(session, agent.url)
             await result(
                 session,
                 agent.url,
@@ -178,23 +56,7 @@ async def test_one_trace_from_the_publish_through_the_webhook_to_get_task(
                 },
                 ALICE,
             )
-            async with session.post(
-                receiver_url + "/subscriptions",
-                json={"agentUrl": agent.url + "/", "taskId": task["id"]},
-                headers={"Authorization": f"Bearer {API_KEY}"},
-            ) as resp:
-                assert resp.status in (200, 201), await resp.text()
-            deadline = asyncio.get_running_loop().time() + 30
-            while True:
-                async with session.get(
-                    f"{receiver_url}/tasks/{task['id']}",
-                    headers={"Authorization": f"Bearer {API_KEY}"},
-                ) as resp:
-                    body = await resp.json()
-                if resp.status == 200 and body["status"]["state"] == "TASK_STATE_COMPLETED":
-                    break
-                assert asyncio.get_running_loop().time() < deadline, body
-                await asyncio.sleep(0.1)
+            await follow_until_completed(session, receiver_url, agent.url, task["id"])
             await agent.wait_for_stderr('"verdict": "retry"')
             configs = await result(
                 session, agent.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]}
