@@ -59,6 +59,26 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[tuple[str,
         await server.close()
 
 
+def gateway_command(port: int, database: str, *args: str) -> list[str]:
+    """``a2a-push gateway`` on ``port`` and ``database``, for agent-a (AGENT_KEY), webhooks
+    allowed to 127.0.0.1; then ``args``."""
+    return [
+        sys.executable,
+        "-m",
+        "a2a_push",
+        "gateway",
+        "--port",
+        str(port),
+        "--database",
+        database,
+        "--agent-key",
+        f"agent-a:{AGENT_KEY}",
+        "--allow-webhook-host",
+        "127.0.0.1",
+        *args,
+    ]
+
+
 @dataclass
 class GatewayProcess:
     url: str
@@ -76,21 +96,7 @@ async def gateway_process(
     line it wrote on stdout and stderr, until it stops (SIGTERM) after the block."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "a2a_push",
-        "gateway",
-        "--port",
-        str(port),
-        "--database",
-        database,
-        "--agent-key",
-        f"agent-a:{AGENT_KEY}",
-        "--admin-key",
-        ADMIN_KEY,
-        "--allow-webhook-host",
-        "127.0.0.1",
-        *args,
+        *gateway_command(port, database, "--admin-key", ADMIN_KEY, *args),
         cwd=REPO_ROOT,
         env={**os.environ, **(env or {})},
         stdout=asyncio.subprocess.PIPE,

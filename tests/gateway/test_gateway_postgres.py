@@ -29,7 +29,7 @@ from a2a_push.store import DeliveryFilter
 from a2a_push.testing import SinkResponse, WebhookSink
 
 from ..conftest import postgres_schema, require_postgres
-from ..gateway_support import AGENT_KEY, free_port, rpc, status
+from ..gateway_support import AGENT_KEY, free_port, gateway_command, rpc, status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,20 +80,7 @@ async def cluster(**env: str) -> AsyncIterator[tuple[str, Cluster]]:
     async def start() -> Replica:
         port = free_port()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "a2a_push",
-            "gateway",
-            "--port",
-            str(port),
-            "--database",
-            database,
-            "--agent-key",
-            f"agent-a:{AGENT_KEY}",
-            "--allow-webhook-host",
-            "127.0.0.1",
-            "--log-level",
-            "WARNING",
+            *gateway_command(port, database, "--log-level", "WARNING"),
             env=environ,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
