@@ -26,6 +26,7 @@ from typing import Any, Final
 from yarl import URL
 
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
+from ..events import Events
 from ..metrics import Metrics
 from ..protocol.constants import (
     HEADER_AUTHORIZATION,
@@ -174,6 +175,8 @@ class Dispatcher:
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
+        # Told of every dead letter and disabled config (the notifier's operational events).
+        self.events: Events | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -777,6 +780,8 @@ class Dispatcher:
         self._count_verdicts(sent, verdict)
         if kind == "dead" or attempts > 1:
             self._log_outcome(delivery, outcome)
+        if kind == "dead" and self.events is not None:
+            self.events.dead_lettered(delivery, outcome, gone=verdict == "gone")
         return nxt
 
     def _log_outcome(self, delivery: Delivery, outcome: Outcome) -> None:

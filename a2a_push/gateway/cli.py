@@ -68,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
     )
     parser.add_argument(
+        "--operator-url",
+        metavar="URL",
+        help="send operational events (config disabled, dead letters, breakers, key "
+        "rotations) here as signed webhooks (docs/events.md)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=_log_level,
@@ -111,6 +117,7 @@ def _settings(args: argparse.Namespace) -> Any:
             "agents": agents,
             "admin_keys": args.admin_key,
             "allow_webhook_hosts": args.allow_webhook_host,
+            "operator_url": args.operator_url,
         },
     )
 
@@ -208,7 +215,7 @@ def _unreachable(database: str, exc: StoreUnavailableError) -> str:
     )
 
 
-_SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys")
+_SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys", "operator_token")
 
 
 def _warn_if_others_can_read(path: Path) -> None:
