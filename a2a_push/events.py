@@ -137,6 +137,27 @@ async def enqueue_event(store: Store, event: OperationalEvent) -> list[str]:
     return ids
 
 
+def key_rotated(kid: str, alg: str | None, previous_kid: str | None) -> OperationalEvent:
+    """The ``key.rotated`` event of the rotation that made ``kid`` active: one id for it
+    wherever it is seen (the processes that adopt the new key, the command that made it)."""
+    return OperationalEvent(
+        EventType.KEY_ROTATED.value,
+        new_event_id(f"key.rotated:{kid}"),
+        time.time(),
+        {"kid": kid, "alg": alg, "previousKid": previous_kid},
+    )
+
+
+async def queue_for_operator(store: Store, event: OperationalEvent) -> bool:
+    """Queue ``event`` for the operator endpoint a service configured in ``store`` (a
+    command run beside the gateway: the running gateways deliver it); False when there
+    is no enabled operator config."""
+    found = await store.get_config(OPERATOR_TASK, OPERATOR_CONFIG_ID, OPERATOR_OWNER)
+    if found is None or not found.enabled:
+        return False
+    return bool(await enqueue_event(store, event))
+
+
 class Events:
     """A notifier's operational events: callbacks, the operator lane, the recent ones."""
 
@@ -208,12 +229,16 @@ class Events:
         """Hand an event to the callbacks now, and (``webhook``, and an operator URL
         configured) queue it for the operator endpoint. Never raises."""
         event = OperationalEvent(type_.value, new_event_id(stable_id), time.time(), data)
+        self.publish(event, webhook=webhook)
+        return event
+
+    def publish(self, event: OperationalEvent, *, webhook: bool = True) -> None:
+        """:meth:`emit` for an event already made."""
         self.recent.append(event)
         for callback in list(self._callbacks):
             self._call(callback, event)
         if webhook and self._queue is not None:
             self._queue.put_nowait(event)
-        return event
 
     def about_operator(self, config: StoredConfig | None, endpoint: str | None = None) -> bool:
         """Whether an event concerns the operator endpoint itself (its config, or its
@@ -285,11 +310,7 @@ class Events:
         active_before, kids_before = before
         active, kids = after
         if active != active_before and active not in kids_before:
-            self.emit(
-                EventType.KEY_ROTATED,
-                {"kid": active, "alg": kids.get(active), "previousKid": active_before},
-                stable_id=f"key.rotated:{active}",
-            )
+            self.publish(key_rotated(active, kids.get(active), active_before))
         for kid in kids_before:
             if kid not in kids:
                 self.emit(

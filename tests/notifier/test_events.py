@@ -35,7 +35,7 @@ from a2a_push.protocol.types import (
 )
 from a2a_push.signing import KeySet, verify_webhook_jwt
 from a2a_push.store import DeliveryFilter, DeliveryState, Store
-from a2a_push.testing import ReceivedWebhook, SinkResponse, WebhookSink
+from a2a_push.testing import ReceivedWebhook, WebhookSink
 
 from ..conftest import make_store
 
