@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from .endpoints import endpoint_of
 from .errors import StoreUnavailableError
-from .ids import new_delivery_id
+from .ids import new_delivery_id, new_key
 from .store import Delivery, Outcome, Store, StoredConfig
 
 log = logging.getLogger("a2a_push.events")
@@ -107,8 +107,6 @@ def operator_config(
     url: str, token: str | None = None, *, now: float | None = None
 ) -> StoredConfig:
     """The internal push config operator events are queued for."""
-    from .ids import new_key
-
     return StoredConfig(
         key=new_key(),
         id=OPERATOR_CONFIG_ID,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import sys
 import time
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from a2a_push.events import OPERATOR_TASK
+from a2a_push.gateway.cli import rotate_in_database
 from a2a_push.gateway.settings import GatewaySettingsError, load_gateway_settings
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import WebhookSink
@@ -51,21 +50,8 @@ async def test_replicas_send_each_event_once_signed_and_the_rotation_command_too
             await _until(lambda: len(ops.on("/ops")) >= 2)
             # The rotation command queues key.rotated itself; both replicas adopt the key
             # and queue the same event: the operator gets it once.
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "a2a_push",
-                "keys",
-                "rotate",
-                "--database",
-                database,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            out, _ = await proc.communicate()
-            assert proc.returncode == 0
-            found = re.search(r"new active kid: (\S+)", out.decode())
-            assert found is not None
-            kid = found.group(1)
+            # (What `a2a-push keys rotate --database DB` runs.)
+            kid, _ = await asyncio.to_thread(rotate_in_database, database, None)
             await _until(lambda: len(ops.on("/ops")) >= 3)
 
             async def adopted() -> bool:

@@ -9,6 +9,7 @@ queues events about itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -67,21 +68,16 @@ async def ops() -> AsyncIterator[WebhookSink]:
 async def make_notifier(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[MakeNotifier]:
-    made: list[PushNotifier] = []
+    async with contextlib.AsyncExitStack() as running:  # each stopped at the end
 
-    async def make(**kw: Any) -> PushNotifier:
-        kw.setdefault("address_policy", AddressPolicy(allow_loopback=True))
-        kw.setdefault("retry", FAST)
-        kw.setdefault("health", EndpointHealth(failure_threshold=2, cool_down=0.2))
-        store: Store = make_store(request.param, tmp_path)
-        n = PushNotifier(store, issuer=ISSUER, **kw)
-        await n.start()
-        made.append(n)
-        return n
+        async def make(**kw: Any) -> PushNotifier:
+            kw.setdefault("address_policy", AddressPolicy(allow_loopback=True))
+            kw.setdefault("retry", FAST)
+            kw.setdefault("health", EndpointHealth(failure_threshold=2, cool_down=0.2))
+            store: Store = make_store(request.param, tmp_path)
+            return await running.enter_async_context(PushNotifier(store, issuer=ISSUER, **kw))
 
-    yield make
-    for n in made:
-        await n.stop()
+        yield make
 
 
 def collect(n: PushNotifier) -> list[OperationalEvent]:
@@ -103,6 +99,14 @@ def verified(hook: ReceivedWebhook, jwks: dict[str, Any], url: str) -> dict[str,
 
 def delivered_events(ops: WebhookSink, jwks: dict[str, Any]) -> list[dict[str, Any]]:
     return [verified(h, jwks, ops.url("/ops")) for h in ops.on("/ops") if h.status == 200]
+
+
+async def subscribe_and_publish(n: PushNotifier, task_id: str, url: str, owner: str) -> None:
+    """Register config ``c-`` + the task's name after ``t-`` for ``url``, and publish one
+    event of the task."""
+    config = TaskPushNotificationConfig(id="c-" + task_id.removeprefix("t-"), url=url)
+    await n.register_config(config, owner=owner, task_id=task_id)
+    await n.publish(task_id, status(task_id))
 
 
 async def until(check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -128,20 +132,10 @@ async def test_every_event_type_reaches_the_operator_signed_and_the_callbacks(
         got = collect(n)
         # 410 Gone: the config is disabled, its delivery dead-lettered.
         gone.set_default("/hook", 410)
-        await n.register_config(
-            TaskPushNotificationConfig(id="c-gone", url=gone.url("/hook?secret=s3cr3t")),
-            owner="alice",
-            task_id="t-gone",
-        )
-        await n.publish("t-gone", status("t-gone"))
+        await subscribe_and_publish(n, "t-gone", gone.url("/hook?secret=s3cr3t"), "alice")
         # An endpoint down for a while: its breaker opens, then closes on its recovery.
         flaky.set_default("/hook", 503)
-        await n.register_config(
-            TaskPushNotificationConfig(id="c-flaky", url=flaky.url("/hook")),
-            owner="bob",
-            task_id="t-flaky",
-        )
-        await n.publish("t-flaky", status("t-flaky"))
+        await subscribe_and_publish(n, "t-flaky", flaky.url("/hook"), "bob")
         await until(lambda: any(e.type == "endpoint.breaker_opened" for e in got))
         flaky.set_default("/hook", 200)
         await until(lambda: any(e.type == "endpoint.breaker_closed" for e in got))
@@ -149,12 +143,7 @@ async def test_every_event_type_reaches_the_operator_signed_and_the_callbacks(
         # (a clock this short from here on only: the endpoint above was spared it).
         n.dispatcher.options = dataclasses.replace(n.dispatcher.options, disable_after=0.3)
         failing.set_default("/hook", 500)
-        await n.register_config(
-            TaskPushNotificationConfig(id="c-failing", url=failing.url("/hook")),
-            owner="carol",
-            task_id="t-failing",
-        )
-        await n.publish("t-failing", status("t-failing"))
+        await subscribe_and_publish(n, "t-failing", failing.url("/hook"), "carol")
         await until(lambda: sum(e.type == "config.disabled" for e in got) == 2)
         # A rotation made by another process (a2a-push keys rotate), then the old key
         # leaving the set once its grace period is over.
@@ -211,12 +200,7 @@ async def test_an_operator_outage_loses_nothing_and_keeps_the_order(
     got = collect(n)
     sink.set_default("/refuse", 400)  # each delivery is dead-lettered at once
     for i in range(6):
-        await n.register_config(
-            TaskPushNotificationConfig(id="c", url=sink.url("/refuse")),
-            owner="o",
-            task_id=f"t{i}",
-        )
-        await n.publish(f"t{i}", status(f"t{i}"))
+        await subscribe_and_publish(n, f"t{i}", sink.url("/refuse"), "o")
     await until(lambda: len(delivered_events(ops, n.jwks())) >= 6)
     bodies = delivered_events(ops, n.jwks())
     # Each dead letter once, in the order they happened (the callbacks' order).
@@ -238,10 +222,7 @@ async def test_a_failing_operator_endpoint_queues_no_events_about_itself(
     n = await make_notifier(operator_url=ops.url("/ops"))
     got = collect(n)
     sink.set_default("/refuse", 400)
-    await n.register_config(
-        TaskPushNotificationConfig(id="c", url=sink.url("/refuse")), owner="o", task_id="t1"
-    )
-    await n.publish("t1", status("t1"))
+    await subscribe_and_publish(n, "t1", sink.url("/refuse"), "o")
     # The task's dead letter is queued for the operator, whose endpoint refuses it:
     # that dead letter (and, for 410, the operator config disabled) reach the
     # callbacks, and nothing more is queued for the operator.
@@ -264,10 +245,7 @@ async def test_the_operator_endpoints_own_breaker_is_not_sent_to_it(
     n = await make_notifier(operator_url=ops.url("/ops"), retry=PATIENT)
     got = collect(n)
     sink.set_default("/refuse", 400)
-    await n.register_config(
-        TaskPushNotificationConfig(id="c", url=sink.url("/refuse")), owner="o", task_id="t1"
-    )
-    await n.publish("t1", status("t1"))
+    await subscribe_and_publish(n, "t1", sink.url("/refuse"), "o")
     await until(lambda: len(delivered_events_unsigned(ops)) == 1)
     await asyncio.sleep(0.3)
     types = [e.type for e in got]
