@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +19,7 @@ from a2a_push.gateway.settings import GatewaySettingsError, load_gateway_setting
 from a2a_push.signing import verify_webhook_jwt
 from a2a_push.testing import WebhookSink
 
+from ..gateway_support import gateway_settings, running_gateway
 from .test_gateway_postgres import _create_configs, _publish, cluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -102,3 +104,28 @@ def test_operator_settings_are_checked_at_start() -> None:
         }
     )
     assert ok.operator_url == "http://127.0.0.1:9/ops"
+
+
+async def test_a_gateway_reports_its_key_rotated_then_retired(tmp_path: Path) -> None:
+    async with WebhookSink() as ops:
+        settings = gateway_settings(str(tmp_path / "outbox.db"), operator_url=ops.url("/ops"))
+        async with running_gateway(settings) as (url, gw):
+            old = gw.notifier.keyset.active.kid
+            new = (await gw.state.rotate_key()).kid
+            await gw.reload_keys()
+            grace = gw.notifier.keyset.grace_period
+            assert await gw.prune_keys(now=time.time() + grace + 1) == [old]
+            await _until(lambda: len(ops.on("/ops")) == 2)
+            jwks = await _jwks(url)
+            bodies = []
+            for hook in ops.on("/ops"):
+                jwt = hook.header("X-A2A-Signature") or ""
+                verify_webhook_jwt(
+                    jwt, jwks=jwks, body=hook.body, audience=ops.url("/ops"), issuer=url
+                )
+                bodies.append(json.loads(hook.body))
+    assert [(b["type"], b["data"]["kid"]) for b in bodies] == [
+        ("key.rotated", new),
+        ("key.retired", old),
+    ]
+    assert bodies[0]["data"]["previousKid"] == old
