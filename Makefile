@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing a2a-push and dev dependencies into $(VENV)"
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev,postgres]'
+	@$(PY) -m pip install --quiet -e '.[dev,postgres,otel]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

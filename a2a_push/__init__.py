@@ -1,6 +1,7 @@
 """a2a-push: durable, signed, retried, ordered A2A push notifications."""
 
 from .delivery.dispatcher import DispatcherOptions
+from .delivery.ratelimit import RateLimits
 from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts
@@ -21,6 +22,7 @@ __all__ = [
     "NotifierNotStartedError",
     "PublishResult",
     "PushNotifier",
+    "RateLimits",
     "Retention",
     "RetryPolicy",
     "Timeouts",

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import tracing
 from .console import Console, ConsoleSource
 from .console.auth import MIN_KEY_LENGTH as MIN_ADMIN_KEY_LENGTH
 from .delivery.dispatcher import Dispatcher, DispatcherOptions, longest_claim
@@ -483,21 +484,25 @@ class PushNotifier:
                 minted.add(made)
                 return made
 
-        seq, ids = await self.store.enqueue(
-            task_id,
-            kind,
-            self._renderer(event, task),
-            new_id=new_id,
-            # Scoped to the task: the same key for another task is another event.
-            idempotency_key=None
-            if idempotency_key is None
-            else _task_scoped_key(task_id, idempotency_key),
-            # Held for Retention.idempotency_keys, whether or not the purge has run.
-            idempotency_since=None
-            if idempotency_key is None
-            else time.time() - self.retention.idempotency_keys,
-            final=_is_final(event),
-        )
+        with tracing.publish_span(task_id, kind) as traceparent:
+            seq, ids = await self.store.enqueue(
+                task_id,
+                kind,
+                self._renderer(event, task),
+                new_id=new_id,
+                # Scoped to the task: the same key for another task is another event.
+                idempotency_key=None
+                if idempotency_key is None
+                else _task_scoped_key(task_id, idempotency_key),
+                # Held for Retention.idempotency_keys, whether or not the purge has run.
+                idempotency_since=None
+                if idempotency_key is None
+                else time.time() - self.retention.idempotency_keys,
+                final=_is_final(event),
+                traceparent=traceparent,
+            )
+            if traceparent is not None:
+                tracing.annotate(**{"a2a_push.seq": seq, "a2a_push.deliveries": len(ids)})
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         if idempotency_key is not None and ids and not minted.intersection(ids):
             return PublishResult(seq, ids)  # a repeat: nothing was queued

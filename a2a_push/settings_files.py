@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -267,6 +269,29 @@ def _shown_value(loc: tuple[Any, ...], value: Any) -> str | None:
     if isinstance(value, bool | int | float) or value is None:
         return repr(value)
     return None
+
+
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([smhd]?)\s*$")
+_UNIT_SECONDS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_seconds(value: Any) -> float:
+    """A positive duration in seconds, from a number (seconds) or a string such as
+    ``90``, ``90s``, ``5m``, ``1.5h`` or ``7d``; ``ValueError`` saying how to write one."""
+    if isinstance(value, bool):
+        seconds = math.nan
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (found := _DURATION.match(value.lower())):
+        seconds = float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    else:
+        raise ValueError(
+            f"{str(value)[:50]!r} is not a duration: write seconds (90) or a number with "
+            "a unit, s, m, h or d (90s, 5m, 2h, 7d)"
+        )
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{value!r}: a duration must be a positive number of seconds")
+    return seconds
 
 
 def service_base_url(public_url: str | None, host: str, port: int) -> str:

@@ -32,7 +32,7 @@ LIMITS = {
     "b1": 300.0,
     "b1-quick": 120.0,
     "b2": 60.0,
-    "b3": 300.0,
+    "b3": 600.0,
     "b4": 200.0,
     "b5": 300.0,
     "b6": 300.0,
@@ -42,7 +42,7 @@ LIMITS = {
 DESCRIPTIONS = {
     "b1": "signed + durable deliveries/s vs a2a-sdk and raw aiohttp",
     "b2": "publish -> receipt latency at 500 events/s",
-    "b3": "healthy endpoint p99 with 20 blackholed endpoints",
+    "b3": "healthy endpoint p99 with 20 blackholed endpoints (and rate-limited)",
     "b4": "100,000 pending deliveries: RSS and drain rate",
     "b5": "receiver: verified notifications/s, GetTask coalescing",
     "b6": "gateway on PostgreSQL, 1 and 2 workers, beside SQLite",

@@ -3,7 +3,10 @@
 Phase 1 measures the healthy endpoint alone; phase 2 adds configs pointing at 20
 blackholes (each its own port: the sink process accepts there and never answers) and
 keeps publishing to them while the healthy endpoint is measured again, same rate. The
-pair runs three times, independently; the median run's ratio is judged.
+pair runs three times, independently; the median run's ratio is judged. Then the same
+three runs again with a rate limit on each blackholed endpoint (``hole_rate_limit``
+requests/s, the dispatcher's shared token bucket): the healthy endpoint must hold there
+too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a2a_push.delivery.dispatcher import DispatcherOptions
+from a2a_push.delivery.ratelimit import RateLimits
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
 from a2a_push.notifier import PushNotifier
@@ -57,6 +61,7 @@ class B3Params:
     timeouts: Timeouts = field(default_factory=lambda: Timeouts(connect=1.0, total=2.0))
     max_ratio: float = 1.5
     runs: int = 3
+    hole_rate_limit: float | None = 1.0  # requests/s per blackhole; None: no such runs
 
 
 @dataclass
@@ -128,8 +133,9 @@ class B3Run:
         return self.alone.missing == 0 and self.loaded.missing == 0
 
 
-async def _one_run(p: B3Params, n: int) -> B3Run:
-    """One independent measurement: a fresh sink process, SQLite file and notifier."""
+async def _one_run(p: B3Params, n: int, hole_limit: float | None = None) -> B3Run:
+    """One independent measurement: a fresh sink process, SQLite file and notifier;
+    ``hole_limit``: a rate limit (requests/s) on each blackholed endpoint."""
     healthy = [f"ok-{t}" for t in range(p.healthy_tasks)]
     holes = [f"bh-{b}-{k}" for b in range(p.blackholes) for k in range(p.tasks_per_blackhole)]
     async with Sink(blackholes=p.blackholes) as sink:
@@ -140,7 +146,14 @@ async def _one_run(p: B3Params, n: int) -> B3Run:
                 keyset=KeySet.generate(),
                 address_policy=AddressPolicy(allow_loopback=True),
                 timeouts=p.timeouts,
-                dispatcher=DispatcherOptions(drain_timeout=1.0),
+                dispatcher=DispatcherOptions(
+                    drain_timeout=1.0,
+                    rate_limits=RateLimits(
+                        endpoints={sink.blackhole_url(b): hole_limit for b in range(p.blackholes)}
+                        if hole_limit is not None
+                        else {}
+                    ),
+                ),
             ) as notifier:
                 for task_id in healthy:
                     await notifier.register_config(
@@ -238,21 +251,29 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
             "notifier, a full garbage collection before it; alone, then loaded); the target "
             "is judged on the median run's ratio, since a "
             "p99 of a few ms on 2 shared cores moves with whatever else the machine does",
+            *(
+                [
+                    f"then {p.runs} more runs with each blackholed endpoint rate-limited to "
+                    f"{p.hole_rate_limit:g} request/s (DispatcherOptions.rate_limits), judged "
+                    "the same way"
+                ]
+                if p.hole_rate_limit is not None
+                else []
+            ),
         ],
     )
-    runs = []
-    for n in range(p.runs):
-        gc.collect()  # no garbage from the previous run's blackholes in this one's phases
-        runs.append(await _one_run(p, n + 1))
-    ratios = sorted(r.ratio for r in runs)
-    median = ratios[len(ratios) // 2]
+    variants: list[float | None] = [None]
+    if p.hole_rate_limit is not None:
+        variants.append(p.hole_rate_limit)
+    results = [await _runs(p, limit) for limit in variants]
     say()
     rows: list[list[object]] = []
-    for n, r in enumerate(runs, 1):
-        for phase in (r.alone, r.loaded):
-            row = phase.row()
-            row[0] = f"run {n}: {phase.name.split(': ', 1)[-1]}"
-            rows.append(row)
+    for limit, runs in zip(variants, results, strict=True):
+        for n, r in enumerate(runs, 1):
+            for phase in (r.alone, r.loaded):
+                row = phase.row()
+                row[0] = f"{_label(n, limit)}: {phase.name.split(': ', 1)[-1]}"
+                rows.append(row)
     say(
         table(
             ["phase", "events", "p50 ms", "p90 ms", "p99 ms", "max ms", "missing", "deferred"],
@@ -260,9 +281,43 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
         )
     )
     say()
+    ok = True
+    for limit, runs in zip(variants, results, strict=True):
+        ok = _report(p, limit, runs) and ok
+    say()
+    return {
+        "ratios": [r.ratio for r in results[0]],
+        "ratio": _median(results[0]),
+        "rate_limited_ratio": _median(results[1]) if len(results) > 1 else None,
+        "pass": ok,
+    }
+
+
+def _label(n: int, limit: float | None) -> str:
+    return f"run {n}" if limit is None else f"run {n}, holes at {limit:g}/s"
+
+
+def _median(runs: list[B3Run]) -> float:
+    ratios = sorted(r.ratio for r in runs)
+    return ratios[len(ratios) // 2]
+
+
+async def _runs(p: B3Params, limit: float | None) -> list[B3Run]:
+    runs = []
+    for n in range(p.runs):
+        gc.collect()  # no garbage from the previous run's blackholes in this one's phases
+        runs.append(await _one_run(p, n + 1, limit))
+    return runs
+
+
+def _report(p: B3Params, limit: float | None, runs: list[B3Run]) -> bool:
+    """The runs' details and their verdict line; whether they pass."""
+    lanes = p.blackholes * p.tasks_per_blackhole
+    median = _median(runs)
     for n, r in enumerate(runs, 1):
         say(
-            f"  run {n}: loaded p99 / alone p99 = {percentile(r.loaded.latencies, 99):.1f} / "
+            f"  {_label(n, limit)}: loaded p99 / alone p99 = "
+            f"{percentile(r.loaded.latencies, 99):.1f} / "
             f"{percentile(r.alone.latencies, 99):.1f} ms = {r.ratio:.2f}x; blackhole side: "
             f"{r.hole_events:,} events to {lanes} lanes, in flight at start/end of phase 2 "
             f"{r.in_flight[0]}/{r.in_flight[1]}, breakers not closed "
@@ -277,13 +332,13 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
             )
     say(
         "  deferred: deliveries pushed back without an attempt during the phase (endpoint at "
-        "its in-flight cap: handed back; breaker open); phase 2 counts blackhole ones too"
+        "its in-flight cap: handed back; breaker open; no rate-limit token); phase 2 counts "
+        "blackhole ones too"
     )
     ok = all(r.complete for r in runs) and median <= p.max_ratio
-    say()
+    limited = "" if limit is None else f", blackholes rate-limited to {limit:g}/s each"
     say(
-        f"  target: loaded p99 <= {p.max_ratio}x alone (median of {p.runs} runs): "
+        f"  target{limited}: loaded p99 <= {p.max_ratio}x alone (median of {p.runs} runs): "
         f"{median:.2f}x (runs: {', '.join(f'{r.ratio:.2f}x' for r in runs)})   {verdict(ok)}"
     )
-    say()
-    return {"ratios": [r.ratio for r in runs], "ratio": median, "pass": ok}
+    return ok

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from a2a_push import tracing
 from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
 from a2a_push.protocol.v03 import task_from_v03
@@ -81,6 +82,7 @@ class AgentClient:
         }
         if self.agent.credentials is not None:
             headers["Authorization"] = self.agent.credentials.get_secret_value()
+        headers.update(tracing.outgoing_headers())  # {} unless tracing
         payload = {"jsonrpc": "2.0", "id": next(self._ids), "method": name, "params": params}
         try:
             async with self._session.post(

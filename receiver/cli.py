@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from a2a_push import logs
+from a2a_push import logs, tracing
 from a2a_push.cli.common import PROG, print_error, unknown_variable
 from a2a_push.errors import A2APushError
 from a2a_push.httputil import run_app
@@ -82,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
+    logs.add_arguments(parser)
 
 
 def _prog(args: argparse.Namespace) -> str:
@@ -101,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         "workers": args.workers,
         "log_level": args.log_level,
         "access_log": args.access_log,
+        "log_format": args.log_format,
+        "tracing": args.tracing,
     }
     unknown = unknown_variable(ENV_PREFIX, ReceiverSettings.model_fields, "receiver")
     if unknown is not None:
@@ -120,7 +123,13 @@ def run(args: argparse.Namespace) -> int:
             prog,
         )
         return 2
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
+    if settings.tracing:
+        try:
+            tracing.configure_service("a2a-push-receiver")
+        except tracing.TracingUnavailableError as exc:
+            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}", prog)
+            return 2
     try:
         if settings.workers > 1 and not args.worker:
             return _supervise(args, settings)
@@ -351,6 +360,8 @@ def _worker_argv(args: argparse.Namespace, settings: ReceiverSettings) -> list[s
     """
     out = ["--worker", "--prog", _prog(args), "--log-level", settings.log_level]
     out.append("--access-log" if settings.access_log else "--no-access-log")
+    out += ["--log-format", settings.log_format]
+    out.append("--tracing" if settings.tracing else "--no-tracing")
     for flag, value in (
         ("--config", args.config),
         ("--host", args.host),

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from a2a_push import tracing
 from a2a_push.errors import A2APushError, StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
@@ -526,6 +527,17 @@ class Receiver:
     ) -> tuple[int, dict[str, Any]]:
         """Process one webhook request; the HTTP status and JSON body to answer with."""
         started = time.perf_counter()
+        with tracing.server_span("a2a_receiver webhook", headers) as span:
+            status, result = await self._handled_webhook(headers, body, content_type)
+            if span is not None:
+                span.set_attribute("http.response.status_code", status)
+                span.set_attribute("a2a_receiver.result", str(result.get("status", "")))
+        self.metrics.webhook_latency.observe(time.perf_counter() - started)
+        return status, result
+
+    async def _handled_webhook(
+        self, headers: Mapping[str, str], body: bytes, content_type: str
+    ) -> tuple[int, dict[str, Any]]:
         try:
             status, result = await self._webhook(headers, body, content_type)
         except WebhookRejected as exc:
@@ -548,7 +560,6 @@ class Receiver:
             status, result = 500, error_body("internal", "the webhook could not be processed")
         else:
             self.metrics.webhooks.labels(result["status"]).inc()
-        self.metrics.webhook_latency.observe(time.perf_counter() - started)
         return status, result
 
     async def _webhook(

@@ -18,6 +18,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from a2a_push import tracing
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.protocol.types import TaskState
 
@@ -143,6 +144,9 @@ class TaskFetcher:
         self._timers: dict[Key, tuple[asyncio.TimerHandle, int]] = {}
         self._closed = False
         self.calls = 0
+        # Per task, the trace context of the latest webhook that wanted it fetched (only
+        # while tracing): its GetTask continues that trace.
+        self._traced: dict[Key, Any] = {}
 
     async def start(self) -> None:
         """Resume fetches for notifications stored before a restart."""
@@ -181,6 +185,8 @@ class TaskFetcher:
         key = (agent_url, task_id)
         if up_to > self._wanted.get(key, -1):
             self._wanted[key] = up_to
+        if tracing.enabled():
+            self._traced[key] = tracing.current_context()
         if urgent:
             self._urgent.setdefault(key, asyncio.Event()).set()
         if key not in self._running:
@@ -245,6 +251,7 @@ class TaskFetcher:
         finally:
             self._running.pop(key, None)
             self._urgent.pop(key, None)
+            self._traced.pop(key, None)
             self._count_running()
 
     def _count_running(self) -> None:
@@ -357,7 +364,12 @@ class TaskFetcher:
             return False
         started = time.perf_counter()
         try:
-            task = await self._get_task(client, task_id)
+            with tracing.client_span(
+                "a2a_receiver GetTask",
+                self._traced.get(key),
+                **{"a2a_receiver.task_id": task_id, "rpc.method": "GetTask"},
+            ):
+                task = await self._get_task(client, task_id)
         except AgentCallError as exc:
             self._metrics.fetches.labels("error").inc()
             if exc.task_not_found:

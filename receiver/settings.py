@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from a2a_push.logs import LogFormat
 from a2a_push.settings_files import SettingsError as SettingsError  # re-exported
 from a2a_push.settings_files import (
     Sources,
@@ -240,6 +241,13 @@ class ReceiverSettings(_Model):
     )
     log_level: LogLevel = Field(default=DEFAULT_LOG_LEVEL, description="case-insensitive")
     access_log: bool = Field(default=False, description="log every HTTP request")
+    log_format: LogFormat = Field(
+        default="text", description="text, or json: one JSON object per line"
+    )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans, exported with OTLP (needs the otel extra)",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

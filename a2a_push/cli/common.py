@@ -32,6 +32,8 @@ KNOWN_VARIABLES: Final[dict[str, str]] = {
     ENV_KEYS_DIR: "a2a-push keys|send-test: --dir, --keys-dir",
     ENV_ISSUER: "a2a-push send-test: --issuer",
     "A2A_PUSH_GATEWAY_KEY": "a2a-push mock-agent: --gateway-key",
+    "A2A_PUSH_LOG_FORMAT": "a2a-push mock-agent: --log-format",
+    "A2A_PUSH_TRACING": "a2a-push mock-agent: --tracing",
     "A2A_PUSH_CONSOLE_ADMIN_KEY": "a2a-push console: --admin-key",
     "A2A_PUSH_TEST_POSTGRES_DSN": "the test suite: a PostgreSQL database to test with",
     "A2A_PUSH_BENCH_POSTGRES_DSN": "the benchmarks: a PostgreSQL database to measure",

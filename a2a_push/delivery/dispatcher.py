@@ -2,8 +2,10 @@
 
 - FIFO per (config, task): the outbox hands out one delivery per lane at a time.
 - Bounded: at most ``concurrency`` deliveries in flight, at most ``per_endpoint`` to
-  one endpoint; an endpoint at its cap, or with an open breaker, has its work deferred
-  so slow or dead endpoints never hold the slots others need.
+  one endpoint, and at most its rate limit's requests a second (``rate_limits``, shared
+  by every process on the store); an endpoint at its cap, out of tokens, or with an
+  open breaker, has its work deferred so slow or dead endpoints never hold the slots
+  others need.
 - Graceful: ``stop()`` stops claiming, lets in-flight work finish for ``drain_timeout``,
   then releases what is left; no request starts once stop() has begun (work waiting
   for an endpoint slot, or for its next quick attempt, is released or rescheduled).
@@ -20,11 +22,12 @@ import shlex
 import time
 from collections import Counter as _Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from yarl import URL
 
+from .. import tracing
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
 from ..events import Events
 from ..metrics import Metrics
@@ -46,6 +49,7 @@ from ..store import (
     StoredConfig,
 )
 from .health import EndpointHealth, endpoint_of
+from .ratelimit import MAX_WAIT, EndpointRateLimiter, RateLimits
 from .retry import RetryPolicy, Verdict, classify, parse_retry_after
 from .transport import (
     AddressRefused,
@@ -129,12 +133,19 @@ class DispatcherOptions:
     drain_timeout: float = 20.0
     # A config whose deliveries have failed without a success for this long is disabled.
     disable_after: float = 5 * 24 * 3600.0
+    # A failing delivery is retried until it is this old (seconds since its publish),
+    # then dead-lettered; None: until the retry schedule is used up.
+    max_delivery_age: float | None = None
+    # Requests per second per endpoint (see a2a_push.delivery.ratelimit); none by default.
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.per_endpoint < 1 or self.claim_batch < 1:
             raise ValueError("concurrency, per_endpoint and claim_batch must be at least 1")
         if self.lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
+        if self.max_delivery_age is not None and not self.max_delivery_age > 0:
+            raise ValueError("max_delivery_age must be positive (or None)")
 
 
 class Dispatcher:
@@ -160,12 +171,14 @@ class Dispatcher:
         self.metrics = metrics or Metrics()
         self.options = options or DispatcherOptions()
         self.worker_id = worker_id or f"{os.uname().nodename}:{os.getpid()}:{id(self):x}"
+        self.rate = EndpointRateLimiter(store, self.options.rate_limits)
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._per_endpoint: _Counter[str] = _Counter()
         # Deliveries claimed and not yet finished, per endpoint (chained lanes included).
         self._held: _Counter[str] = _Counter()
+        self._writing: _Counter[str] = _Counter()  # held deliveries writing outcomes
         self._waiting: _Counter[str] = _Counter()
         self._endpoint_freed: dict[str, asyncio.Event] = {}
         # (config key, outcome) -> (when its last line was written, lines left out since)
@@ -289,7 +302,7 @@ class Dispatcher:
                     due = await self.store.next_due_at(exclude_endpoints=excluded)
                 except Exception:
                     due = None
-                for at in (due, self.health.next_reopen()):
+                for at in (due, self.health.next_reopen(), self.rate.next_token_at()):
                     if at is not None:
                         timeout = max(0.0, min(timeout, at - now))
             await self._sleep(timeout)
@@ -393,16 +406,23 @@ class Dispatcher:
         self.metrics.deliveries.labels("dead").inc()
 
     def _unavailable_endpoints(self) -> set[str]:
-        """Endpoints not to claim for now: saturated here, or with an open breaker.
+        """Endpoints not to claim for now: saturated here, with an open breaker, or
+        with no rate-limit token before a time still to come.
 
-        An endpoint holding ``per_endpoint`` claimed deliveries is saturated. One claim
-        hands out at most ``per_endpoint`` more lanes per endpoint, so an endpoint never
-        holds more than its in-flight cap plus its waiting queue (both ``per_endpoint``),
-        and claimed work is not handed back for want of a slot.
+        An endpoint is saturated when it holds ``per_endpoint`` claimed deliveries that
+        are not writing their outcomes, or twice ``per_endpoint`` in all. Lanes whose
+        outcomes are being written (their next deliveries leased in the same
+        transaction) do not keep other lanes from the endpoint's free slots, so a
+        healthy endpoint keeps ``per_endpoint`` requests on the wire while the outcomes
+        of others are written (what a database a round trip away needs); an endpoint
+        whose requests hang is saturated at ``per_endpoint``. One claim hands out at
+        most ``per_endpoint`` more lanes per endpoint, and fewer than twice
+        ``per_endpoint`` may wait for a slot (see ``_endpoint_slot``), so claimed work
+        is not handed back for want of a slot.
         """
         cap = self.options.per_endpoint
-        busy = {e for e, n in self._held.items() if n >= cap}
-        return busy | self.health.open_endpoints()
+        busy = {e for e, n in self._held.items() if n - self._writing[e] >= cap or n >= 2 * cap}
+        return busy | self.health.open_endpoints() | self.rate.waiting_endpoints()
 
     def _unhold(self, endpoint: str | None) -> None:
         if endpoint is None:
@@ -424,7 +444,7 @@ class Dispatcher:
 
     async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
-        database) behind at most ``per_endpoint`` others, until ``deadline`` (monotonic);
+        database) behind fewer than twice ``per_endpoint`` others, until ``deadline`` (monotonic);
         False when the queue is full, the deadline passes or ``stop()`` has begun (requests
         on the wire then finish, and none starts: the claim is released, unsent)."""
         if self._stopping:
@@ -433,7 +453,7 @@ class Dispatcher:
         if self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
             return True
-        if self._waiting[endpoint] >= cap:
+        if self._waiting[endpoint] >= 2 * cap:
             return False
         self._waiting[endpoint] += 1
         freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
@@ -486,6 +506,14 @@ class Dispatcher:
             if not await self._endpoint_slot(endpoint, slot_deadline):
                 raise _EndpointBusy
             try:
+                if self.rate.limited(endpoint):
+                    # Taken with the slot held: a token is spent on a request sent now.
+                    wait_until = min(slot_deadline, time.monotonic() + MAX_WAIT)
+                    until = await self.rate.acquire(endpoint, wait_until)
+                    if until is not None:
+                        raise _RateLimited(until)
+                    if self._stop_begun():
+                        raise _EndpointBusy  # no request starts once stop() has begun
                 attempts += 1
                 return await self._post(delivery, config, tried)
             finally:
@@ -509,6 +537,11 @@ class Dispatcher:
             with _bookkeeping():
                 await self.store.release([delivery.id], worker_id=self.worker_id)
             self.metrics.deliveries.labels("deferred").inc()
+            return None
+        except _RateLimited as limited:
+            # Nothing was sent; the lane waits in the outbox until a token is due.
+            self.health.withdraw(endpoint, admitted)
+            await self._defer(delivery, limited.until)
             return None
         if first_round and self.retry.quick_attempts > 1 and classify(result) is Verdict.RETRY:
             # Only now pay for tenacity's loop; it sees the first outcome as its first try.
@@ -536,7 +569,7 @@ class Dispatcher:
                 result = await retrying(again)
             except A2APushError as exc:
                 result = exc.with_traceback(None)
-            except _EndpointBusy:
+            except (_EndpointBusy, _RateLimited):
                 # Retry later through the outbox, as after the quick attempts.
                 result = first[0] if first else result
                 if isinstance(result, BaseException):
@@ -544,6 +577,32 @@ class Dispatcher:
             finally:
                 # tenacity keeps bound methods of the loop in its state: a cycle.
                 retrying.iter_state.reset()
+        # Writing the outcome: the lane no longer keeps other lanes from the endpoint's
+        # free slots (see _unavailable_endpoints).
+        self._writing[endpoint] += 1
+        try:
+            return await self._record(
+                delivery, config, endpoint, attempts, result, tried, claim_next=claim_next
+            )
+        finally:
+            self._writing[endpoint] -= 1
+            if self._writing[endpoint] <= 0:
+                del self._writing[endpoint]
+
+    async def _record(
+        self,
+        delivery: Delivery,
+        config: StoredConfig,
+        endpoint: str,
+        attempts: int,
+        result: HTTPResult | BaseException,
+        tried: list[_Tried],
+        *,
+        claim_next: bool,
+    ) -> Delivery | None:
+        """Write the outcome of a claim's attempts (``result``, the last); with
+        ``claim_next``, returns the lane's next delivery when it was due and could be
+        leased at once."""
         verdict = classify(result)
         now = time.time()
         status = result.status if isinstance(result, HTTPResult) else None
@@ -616,13 +675,24 @@ class Dispatcher:
             return
         retry_after = parse_retry_after(result.headers) if isinstance(result, HTTPResult) else None
         delay = self.retry.durable_delay(delivery.rounds, retry_after)
+        exhausted = "retries exhausted"
+        max_age = self.options.max_delivery_age
+        if delay is not None and max_age is not None:
+            # The last retry is due when the delivery reaches its maximum age; one that
+            # fails at that age or later is the last.
+            left = delivery.created_at + max_age - now
+            if left <= 0:
+                delay = None
+                exhausted = f"older than max_delivery_age ({max_age:g} s)"
+            else:
+                delay = min(delay, left)
         if delay is None:
             await self._finish(
                 delivery,
                 "dead",
                 attempts,
                 status=status,
-                error=f"retries exhausted; last: {error}",
+                error=f"{exhausted}; last: {error}",
                 sent=sent,
             )
             self.metrics.deliveries.labels("dead").inc()
@@ -645,12 +715,26 @@ class Dispatcher:
             await self.store.complete([outcome])
         self._count_verdicts(sent, "retry")
         self.metrics.deliveries.labels("retry").inc()
-        self._log_outcome(delivery, outcome)
+        self._log_outcome(delivery, outcome, sent)
 
     async def _post(
         self, delivery: Delivery, config: StoredConfig, tried: list[_Tried]
     ) -> HTTPResult:
         headers = webhook_headers(delivery, config, self.signer)
+        span, traceparent = (
+            tracing.start_attempt(
+                delivery.traceparent,
+                url=URL(config.url),
+                delivery_id=delivery.id,
+                task_id=delivery.task_id,
+                config_id=config.id,
+                attempt=delivery.attempts + len(tried) + 1,
+            )
+            if tracing.enabled()
+            else (None, delivery.traceparent)
+        )
+        if traceparent is not None:
+            headers[tracing.TRACEPARENT] = traceparent
         started_at = time.time()
         started = time.perf_counter()
         try:
@@ -667,7 +751,7 @@ class Dispatcher:
             error_class = exc.error_class
             self.metrics.attempt_errors.labels(error_class).inc()
             # Strings only: the exception's traceback holds this frame (a cycle).
-            tried.append(_Tried(started_at, took, None, error_class, _describe(exc)))
+            tried.append(_Tried(started_at, took, None, error_class, _describe(exc), span=span))
             raise
         took = time.perf_counter() - started
         self.metrics.attempt_latency.observe(took)
@@ -675,7 +759,7 @@ class Dispatcher:
         response = b""
         if result.body and self._history_on:
             response = _redacted(result.body, headers, config)
-        tried.append(_Tried(started_at, took, result.status, None, None, response))
+        tried.append(_Tried(started_at, took, result.status, None, None, response, span))
         return result
 
     @property
@@ -716,6 +800,8 @@ class Dispatcher:
     def _count_verdicts(self, sent: _Sent | None, verdict: AttemptVerdict) -> None:
         if sent is None or not sent.tried:
             return
+        if tracing.enabled():
+            _end_spans(sent, verdict)
         counters = self._verdict_counters
         if counters is None:  # the labelled children, looked up once
             verdicts = self.metrics.attempt_verdicts
@@ -779,17 +865,17 @@ class Dispatcher:
                 nxt = None
         self._count_verdicts(sent, verdict)
         if kind == "dead" or attempts > 1:
-            self._log_outcome(delivery, outcome)
+            self._log_outcome(delivery, outcome, sent)
         if kind == "dead" and self.events is not None:
             self.events.dead_lettered(delivery, outcome, gone=verdict == "gone")
         return nxt
 
-    def _log_outcome(self, delivery: Delivery, outcome: Outcome) -> None:
+    def _log_outcome(self, delivery: Delivery, outcome: Outcome, sent: _Sent | None = None) -> None:
         """One log line for a retry, a dead letter, a disabled config, or a delivery
         that needed more than one attempt (see ``webhook_log``). Never raises: the
         outcome is already recorded, and a failing log handler must not undo that."""
         try:
-            self._write_outcome_line(delivery, outcome)
+            self._write_outcome_line(delivery, outcome, sent)
         except Exception:
             log.debug("could not log the outcome of delivery %s", delivery.id, exc_info=True)
 
@@ -811,7 +897,7 @@ class Dispatcher:
         n = last[1]
         return f"; {n} more like this for this config in the last {now - last[0]:.0f} s not logged"
 
-    def _write_outcome_line(self, delivery: Delivery, outcome: Outcome) -> None:
+    def _write_outcome_line(self, delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> None:
         kind = outcome.kind
         level = logging.WARNING if kind == "dead" else logging.INFO
         if not webhook_log.isEnabledFor(level):
@@ -831,6 +917,7 @@ class Dispatcher:
         tries = f"{n} attempt{'' if n == 1 else 's'}"
         ids = f"delivery {delivery.id}, task {delivery.task_id}"
         why = outcome.error or f"HTTP {outcome.status}"
+        fields = _log_fields(delivery, outcome, sent)
         if note is None:
             pass
         elif kind == "retry":
@@ -843,7 +930,7 @@ class Dispatcher:
                 wait,
                 ids,
                 note,
-                extra={WEBHOOK_OUTCOME: "retry"},
+                extra={WEBHOOK_OUTCOME: "retry", **fields},
             )
         elif kind == "dead":
             webhook_log.warning(
@@ -854,7 +941,7 @@ class Dispatcher:
                 ids,
                 note,
                 dead_letter_hint(self.store),
-                extra={WEBHOOK_OUTCOME: "dead"},
+                extra={WEBHOOK_OUTCOME: "dead", **fields},
             )
         else:
             webhook_log.info(
@@ -863,7 +950,7 @@ class Dispatcher:
                 tries,
                 ids,
                 note,
-                extra={WEBHOOK_OUTCOME: kind},
+                extra={WEBHOOK_OUTCOME: kind, **fields},
             )
         if outcome.disable_config:
             webhook_log.warning(
@@ -872,8 +959,28 @@ class Dispatcher:
                 config.id if config else delivery.config_key,
                 delivery.task_id,
                 outcome.disable_config,
-                extra={WEBHOOK_OUTCOME: "disabled"},
+                extra={WEBHOOK_OUTCOME: "disabled", **fields, "verdict": "disabled"},
             )
+
+
+def _log_fields(delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> dict[str, Any]:
+    """The structured fields of an outcome's log line (see a2a_push.logs.FIELDS): ids,
+    the endpoint's origin, the attempt count, the last attempt's status and latency,
+    the verdict and the publish's trace id. Never a URL's path or query."""
+    config = delivery.config
+    last = sent.tried[-1] if sent is not None and sent.tried else None
+    return {
+        "delivery_id": delivery.id,
+        "task_id": delivery.task_id,
+        "config_id": config.id if config is not None else None,
+        "endpoint": _origin_of(config.url) if config is not None else None,
+        "attempt": outcome.attempts,
+        "status": outcome.status,
+        "latency_ms": round(last.duration * 1000, 1) if last is not None else None,
+        "error_class": last.error_class if last is not None else None,
+        "verdict": outcome.kind,
+        "trace_id": tracing.trace_id_of(delivery.traceparent),
+    }
 
 
 def _origin_of(url: str) -> str:
@@ -897,6 +1004,14 @@ def _endpoint_or_none(delivery: Delivery) -> str | None:
 
 class _EndpointBusy(Exception):
     """The endpoint's in-flight cap and its waiting queue are both full."""
+
+
+class _RateLimited(Exception):
+    """The endpoint's rate limit has no token before ``until`` (epoch seconds)."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__(until)
+        self.until = until
 
 
 def dead_letter_hint(store: Store) -> str:
@@ -923,6 +1038,22 @@ class _Tried:
     error_class: str | None
     error: str | None
     response: bytes = b""
+    span: Any = None  # its trace span, ended once its verdict is known (see tracing)
+
+
+def _end_spans(sent: _Sent, verdict: AttemptVerdict) -> None:
+    """End the claim's attempt spans: each but the last was followed by another quick
+    attempt (a retry); the last ends as the outcome does (as the attempt history says)."""
+    last = len(sent.tried) - 1
+    for i, t in enumerate(sent.tried):
+        if t.span is not None:
+            tracing.end_attempt(
+                t.span,
+                status=t.status,
+                error_class=t.error_class,
+                verdict=verdict if i == last else "retry",
+                ended_at=t.started_at + t.duration,
+            )
 
 
 @dataclass(frozen=True, slots=True)

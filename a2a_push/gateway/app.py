@@ -126,8 +126,15 @@ class Gateway:
             timeouts=Timeouts(
                 connect=min(5.0, settings.request_timeout), total=settings.request_timeout
             ),
-            retry=RetryPolicy(quick_attempts=settings.quick_attempts),
-            dispatcher=DispatcherOptions(lease_seconds=settings.lease_seconds),
+            retry=RetryPolicy(
+                quick_attempts=settings.quick_attempts, schedule=settings.retry_schedule
+            ),
+            dispatcher=DispatcherOptions(
+                lease_seconds=settings.lease_seconds,
+                per_endpoint=settings.max_in_flight_per_endpoint,
+                max_delivery_age=settings.max_delivery_age,
+                rate_limits=settings.rate_limits,
+            ),
             key_reload_interval=0,
             operator_url=settings.operator_url,
             operator_token=settings.operator_token.get_secret_value()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from a2a_push import logs
+from a2a_push import logs, tracing
 from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.events import key_rotated, queue_for_operator
@@ -69,6 +69,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST_OR_CIDR",
         help="let webhooks go to this private host/IP/CIDR (e.g. 127.0.0.1)",
     )
+    policy = parser.add_argument_group(
+        "delivery policy", "how deliveries are retried and paced (see docs/operations.md)"
+    )
+    policy.add_argument(
+        "--retry-schedule",
+        metavar="DELAYS",
+        help="the waits before each durable retry, e.g. 5s,5m,30m,2h "
+        "(default: 5s,5m,30m,2h,5h,10h,10h)",
+    )
+    policy.add_argument(
+        "--max-delivery-age",
+        metavar="DURATION",
+        help="dead-letter a failing delivery once it is this old, e.g. 1d (default: none)",
+    )
+    policy.add_argument(
+        "--max-in-flight-per-endpoint",
+        type=int,
+        metavar="N",
+        help="requests in flight to one endpoint at most, per replica (default: 16)",
+    )
+    policy.add_argument(
+        "--rate-limit",
+        type=float,
+        metavar="RPS",
+        help="requests per second to each endpoint at most, all replicas together (default: none)",
+    )
+    policy.add_argument(
+        "--endpoint-rate-limit",
+        action="append",
+        default=[],
+        metavar="ORIGIN=RPS",
+        help="requests per second to one endpoint, e.g. https://hooks.example.com=5 "
+        "(repeat; overrides --rate-limit for it)",
+    )
     parser.add_argument(
         "--operator-url",
         metavar="URL",
@@ -86,6 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="log every HTTP request (off by default: one line per webhook adds up)",
     )
+    logs.add_arguments(parser)
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -120,6 +155,13 @@ def _settings(args: argparse.Namespace) -> Any:
             "admin_keys": args.admin_key,
             "allow_webhook_hosts": args.allow_webhook_host,
             "operator_url": args.operator_url,
+            "retry_schedule": args.retry_schedule,
+            "max_delivery_age": args.max_delivery_age,
+            "max_in_flight_per_endpoint": args.max_in_flight_per_endpoint,
+            "rate_limit": args.rate_limit,
+            "endpoint_rate_limits": args.endpoint_rate_limit,
+            "log_format": args.log_format,
+            "tracing": args.tracing,
         },
     )
 
@@ -141,7 +183,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logs.configure(str(args.log_level).upper())
+    logs.configure(str(args.log_level).upper(), settings.log_format)
+    if settings.tracing:
+        try:
+            tracing.configure_service("a2a-push-gateway")
+        except tracing.TracingUnavailableError as exc:
+            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}")
+            return 2
     if args.config is not None:
         _warn_if_others_can_read(args.config)
     # Bound before anything else: a port that is taken stops the command before it

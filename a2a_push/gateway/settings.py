@@ -17,16 +17,19 @@ from pydantic import (
     model_validator,
 )
 
-from a2a_push.delivery.dispatcher import longest_claim
-from a2a_push.delivery.retry import RetryPolicy
+from a2a_push.delivery.dispatcher import DispatcherOptions, longest_claim
+from a2a_push.delivery.ratelimit import RateLimits
+from a2a_push.delivery.retry import DEFAULT_SCHEDULE, RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.errors import InvalidConfigError
+from a2a_push.logs import LogFormat
 from a2a_push.settings_files import (
     SettingsError,
     Sources,
     check_api_key,
     check_database,
     check_public_url,
+    duration_seconds,
     key_pairs,
     read_config_file,
     service_base_url,
@@ -91,6 +94,41 @@ class GatewaySettings(_Model):
         description="record every HTTP attempt of every delivery (the admin API's "
         "/admin/deliveries/{id}/attempts); false records none",
     )
+    retry_schedule: tuple[float, ...] = Field(
+        default=DEFAULT_SCHEDULE,
+        description="seconds before each durable retry (after the quick attempts); the "
+        "delivery is dead-lettered once they are used up",
+    )
+    max_delivery_age: float | None = Field(
+        default=None,
+        description="a failing delivery is retried until it is this old (seconds since "
+        "its publish), then dead-lettered; unset: until the retry schedule is used up",
+    )
+    max_in_flight_per_endpoint: int = Field(
+        default=DispatcherOptions().per_endpoint,
+        ge=1,
+        le=DispatcherOptions().concurrency,
+        description="requests in flight to one endpoint (scheme://host:port) at most, per replica",
+    )
+    rate_limit: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="requests per second to each endpoint at most, all replicas together; "
+        "unset: no limit",
+    )
+    endpoint_rate_limits: dict[str, float] = Field(
+        default_factory=dict,
+        description="requests per second to particular endpoints (origin -> limit), "
+        "overriding rate_limit",
+    )
+    log_format: LogFormat = Field(
+        default="text", description="text, or json: one JSON object per line"
+    )
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans, exported with OTLP (needs the otel extra)",
+    )
     task_retention_days: float | None = Field(
         default=7.0,
         ge=0,
@@ -121,6 +159,48 @@ class GatewaySettings(_Model):
         return self
 
     _public_url = field_validator("public_url")(check_public_url)
+
+    @field_validator("retry_schedule", mode="before")
+    @classmethod
+    def _schedule(cls, value: Any) -> tuple[float, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError("a list of durations, e.g. 5s,5m,30m,2h (or [5, 300, 1800])")
+        delays = tuple(
+            duration_seconds(item.strip() if isinstance(item, str) else item) for item in items
+        )
+        if not delays:
+            raise ValueError("at least one delay, e.g. 5s,5m,30m,2h")
+        return delays
+
+    @field_validator("max_delivery_age", mode="before")
+    @classmethod
+    def _max_age(cls, value: Any) -> float | None:
+        return None if value is None else duration_seconds(value)
+
+    @field_validator("endpoint_rate_limits", mode="before")
+    @classmethod
+    def _endpoint_limits(cls, value: Any) -> dict[str, float]:
+        if isinstance(value, str | list | tuple):
+            pairs = value.split(",") if isinstance(value, str) else value
+            parsed: dict[str, float] = {}
+            for pair in pairs:
+                origin, sep, rate = str(pair).strip().rpartition("=")
+                if not sep or not origin:
+                    raise ValueError(
+                        f"{str(pair)[:100]!r}: write ORIGIN=REQUESTS_PER_SECOND, e.g. "
+                        "https://hooks.example.com=5"
+                    )
+                try:
+                    parsed[origin] = float(rate)
+                except ValueError:
+                    raise ValueError(
+                        f"{origin}: {rate[:50]!r} is not a number of requests per second"
+                    ) from None
+            value = parsed
+        if not isinstance(value, dict):
+            raise ValueError("a table of origin = requests per second")
+        return dict(RateLimits(endpoints=value).endpoints)  # a ValueError naming the entry
 
     @field_validator("admin_keys")
     @classmethod
@@ -195,6 +275,10 @@ class GatewaySettings(_Model):
         return value and check_database(value, example="outbox.db", service="gateway")
 
     @property
+    def rate_limits(self) -> RateLimits:
+        return RateLimits(self.rate_limit, self.endpoint_rate_limits)
+
+    @property
     def task_retention_seconds(self) -> float | None:
         """``task_retention_days`` in seconds; None: finished tasks are kept for ever."""
         days = self.task_retention_days
@@ -218,6 +302,7 @@ FLAGS: Final = {
     "agents": "--agent-key",
     "admin_keys": "--admin-key",
     "allow_webhook_hosts": "--allow-webhook-host",
+    "endpoint_rate_limits": "--endpoint-rate-limit",
 }
 
 

@@ -18,12 +18,14 @@ from typing import Any, Final
 from aiohttp import web
 
 from a2a_push import logs
+from a2a_push import tracing as tracing_setup
 from a2a_push.delivery.dispatcher import webhook_log
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.gateway.client import GatewayClient, GatewayError, GatewayUnreachableError
 from a2a_push.httputil import run_app
+from a2a_push.logs import LogFormat
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, VERSION_0_3, VERSION_1_0
@@ -216,6 +218,8 @@ def serve(
     gateway_url: str | None = None,
     gateway_key: str | None = None,
     log_level: str = DEFAULT_LOG_LEVEL,
+    log_format: LogFormat = "text",
+    tracing: bool = False,
     prog: str = "a2a-push mock-agent",
 ) -> int:
     """Run the mock agent until interrupted; the exit code.
@@ -228,7 +232,13 @@ def serve(
     if problem is not None:
         print(f"{prog}: error: --port {port}: {problem}", file=sys.stderr)
         return 2
-    logs.configure(log_level.upper())
+    logs.configure(log_level.upper(), log_format)
+    if tracing:
+        try:
+            tracing_setup.configure_service("a2a-push-mock-agent")
+        except tracing_setup.TracingUnavailableError as exc:
+            print(f"{prog}: error: --tracing: {exc}", file=sys.stderr)
+            return 2
     if logging.getLogger().isEnabledFor(logging.WARNING):
         # Retries are INFO in the notifier's webhook log; this console shows them.
         webhook_log.setLevel(min(logging.INFO, logging.getLogger().getEffectiveLevel()))

@@ -11,14 +11,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from a2a_push import logs
 from a2a_push.cli.common import PROG, CLIError, gateway_url, non_negative_seconds
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.logs import LOG_FORMATS
 
 from .app import DEFAULT_HOST, DEFAULT_LOG_LEVEL, DEFAULT_PORT, LOG_LEVELS, port_problem, serve
 from .flows import DEFAULT_STEP_DELAY
 
 ENV_GATEWAY_KEY = "A2A_PUSH_GATEWAY_KEY"
+ENV_LOG_FORMAT = "A2A_PUSH_LOG_FORMAT"
+ENV_TRACING = "A2A_PUSH_TRACING"
 
 # What --log-level shows: the --help text, which README.md repeats word for word (a test
 # compares them).
@@ -93,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         default=DEFAULT_LOG_LEVEL,
         help=LOG_LEVEL_HELP,
     )
+    logs.add_arguments(
+        parser,
+        log_format=env.get(ENV_LOG_FORMAT) or "text",
+        tracing=env.get(ENV_TRACING, "").strip().lower() in ("1", "true", "yes", "on"),
+        default_note=f" (defaults: ${ENV_LOG_FORMAT}, ${ENV_TRACING})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         AddressPolicy(args.allow_webhook_hosts)
     except ValueError as exc:
         raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
+    if args.log_format not in LOG_FORMATS:
+        raise CLIError(f"${ENV_LOG_FORMAT}: {args.log_format!r}; use text or json", 2)
     if bool(args.gateway) != bool(args.gateway_key):
         raise CLIError(f"--gateway needs --gateway-key (or ${ENV_GATEWAY_KEY})", 2)
     return serve(
@@ -117,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         gateway_url=gateway_url(args.gateway, "--gateway") if args.gateway else None,
         gateway_key=args.gateway_key,
         log_level=args.log_level,
+        log_format=args.log_format,
+        tracing=args.tracing,
         prog=PROG,
     )
 

@@ -82,6 +82,9 @@ class Delivery:
     # The config's endpoint (scheme://host:port) when the delivery was queued; None for
     # a delivery queued before this was recorded.
     endpoint: str | None = None
+    # The W3C traceparent of the publish that queued it (sent on its webhook), when the
+    # publisher traced it; see a2a_push.tracing.
+    traceparent: str | None = None
 
 
 AttemptVerdict = Literal["delivered", "retry", "dead", "gone"]
@@ -235,6 +238,7 @@ class InitialDelivery:
     new_id: Callable[[], str]
     now: float | None = None
     final: bool = False  # the snapshot is in a terminal state (see Store.enqueue)
+    traceparent: str | None = None  # see Store.enqueue
 
 
 @dataclass(slots=True)
@@ -340,8 +344,12 @@ class Outbox(abc.ABC):
         idempotency_key: str | None = None,
         idempotency_since: float | None = None,
         final: bool = False,
+        traceparent: str | None = None,
     ) -> tuple[int, list[str]]:
         """Fan an event out to the task's enabled configs in one transaction.
+
+        ``traceparent``: the W3C trace context of the publish, kept with each delivery
+        and sent on its webhook (None when the publish is not traced).
 
         ``final``: the event puts the task in a terminal state; the first such event's
         time is kept for :meth:`purge_final_tasks`, and a later event that is not final
@@ -446,6 +454,15 @@ class Outbox(abc.ABC):
     async def next_due_at(self, *, exclude_endpoints: Collection[str] = ()) -> float | None:
         """Earliest time any lane becomes due (None when nothing is pending), leaving out
         lanes to ``exclude_endpoints`` (those a claim would skip)."""
+
+    @abc.abstractmethod
+    async def take_tokens(
+        self, endpoint: str, *, rate: float, capacity: float, want: int, now: float | None = None
+    ) -> tuple[int, float]:
+        """Take up to ``want`` tokens from ``endpoint``'s rate-limit bucket, shared by
+        every process on this store: it refills at ``rate`` tokens a second and holds at
+        most ``capacity`` (a new bucket starts full). Returns (tokens taken, seconds
+        until the next whole token when none were taken, else 0)."""
 
     @abc.abstractmethod
     async def stats(self, *, now: float | None = None, count_delivered: bool = True) -> OutboxStats:

@@ -113,6 +113,7 @@ class RowMapping:
             # keys(): "in" on a sqlite3.Row looks among the values.
             leased_until=row["leased_until"] if "leased_until" in keys else None,
             endpoint=row["endpoint"] if "endpoint" in keys else None,
+            traceparent=row["traceparent"] if "traceparent" in keys else None,
         )
 
     @staticmethod

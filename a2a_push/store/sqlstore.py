@@ -215,6 +215,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
                     only_config_key=stored.key,
                     at=at,
                     final=initial.final,
+                    traceparent=initial.traceparent,
                 )
                 if ids:
                     tx.notify()
@@ -315,6 +316,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
         idempotency_key: str | None = None,
         idempotency_since: float | None = None,
         final: bool = False,
+        traceparent: str | None = None,
     ) -> tuple[int, list[str]]:
         since = float("-inf") if idempotency_since is None else idempotency_since
         # Rendered before the transaction where it can be: the bodies for the protocol
@@ -355,6 +357,7 @@ class SQLStore(RowMapping, Store, abc.ABC):
                 only_config_key=only_config_key,
                 at=at,
                 final=final,
+                traceparent=traceparent,
             )
             if idempotency_key is not None:
                 await tx.execute("put_idempotency_key", idempotency_key, seq, json.dumps(ids), at)
@@ -550,6 +553,21 @@ class SQLStore(RowMapping, Store, abc.ABC):
             oldest_pending_created_at=row["oldest"],
         )
 
+    async def take_tokens(
+        self, endpoint: str, *, rate: float, capacity: float, want: int, now: float | None = None
+    ) -> tuple[int, float]:
+        if rate <= 0 or capacity < 1 or want < 1:
+            raise ValueError("take_tokens: rate > 0, capacity >= 1 and want >= 1 are needed")
+        at = self._stats_now(now)
+
+        async def op(tx: Tx) -> Any:
+            return await tx.fetchrow("take_tokens", endpoint, rate, capacity, want, at)
+
+        # Bookkeeping (no flush at commit): a bucket lost in a crash refills as new.
+        row = await self._transaction(op, sync=False)
+        granted, left = int(row["granted"]), float(row["tokens"])
+        return granted, 0.0 if granted else max(0.0, 1.0 - left) / rate
+
     def _stats_now(self, now: float | None) -> float | None:
         """The time ``stats`` counts due and leased lanes at (None: the backend's clock)."""
         return time.time() if now is None else now
@@ -619,10 +637,20 @@ def _chain_op(
         # The leases run from the transaction's time once the locks are held.
         at = await tx.lock_tasks([item.outcome.task_id for item in items], now, rows)
         shift = tx.clock_shift(at, now)
+        leases = [(at, at + item.lease_seconds, item.worker_id) for item in items]
+        finished = await _finish_many(tx, items, leases, at)
         heads = []
-        for item in items:
-            lease = (at, at + item.lease_seconds, item.worker_id)
-            heads.append(await _apply_outcome(tx, item.outcome, at, shift=shift, lease_next=lease))
+        for i, item in enumerate(items):
+            heads.append(
+                await _apply_outcome(
+                    tx,
+                    item.outcome,
+                    at,
+                    shift=shift,
+                    lease_next=leases[i],
+                    finished=finished.get(i),
+                )
+            )
         # The leased deliveries with their configs, read once every outcome (and what it
         # did to its config) is written.
         leased = [head for head in heads if head is not None]
@@ -733,6 +761,7 @@ async def _fan_out(
     only_config_key: str | None,
     at: float,
     final: bool = False,
+    traceparent: str | None = None,
 ) -> tuple[int, list[str]]:
     """Fan an event out to the task's enabled configs (or only ``only_config_key``): the
     task's next ``seq``, one delivery per config, each config's lane opened if it has
@@ -759,11 +788,65 @@ async def _fan_out(
     for key, version, endpoint in targets:
         delivery_id = new_id()
         ids.append(delivery_id)
-        rows.append((delivery_id, key, task_id, seq, kind, bodies[version], at, endpoint))
+        rows.append(
+            (delivery_id, key, task_id, seq, kind, bodies[version], at, endpoint, traceparent)
+        )
         lanes.append((key, task_id, delivery_id, at, endpoint))
     await tx.executemany("insert_delivery", rows)
     await tx.executemany("open_lane", lanes)
     return seq, ids
+
+
+def _fusable(o: Outcome) -> bool:
+    """Whether ``o``'s write and the lease of its lane's next delivery can be one
+    statement (finish_and_lease_next)."""
+    return o.kind in ("delivered", "dead") and o.disable_config is None
+
+
+async def _finish_many(
+    tx: Tx, items: Sequence[_Chained], leases: Sequence[Lease], at: float
+) -> dict[int, tuple[bool, str | None]]:
+    """For a backend whose every statement is a round trip: the fusable outcomes of a
+    batch written, and their lanes' next deliveries leased, in one statement
+    (finish_and_lease_many) instead of one each. Returns, by position in ``items``,
+    whether each wrote and what it leased; the others (and a second outcome on a lane
+    already in the statement) are left to ``_apply_outcome``'s own statements."""
+    if not tx.fuses_finish_and_lease:
+        return {}
+    picked: list[int] = []
+    lanes: set[tuple[str, str]] = set()
+    ids: set[str] = set()
+    for i, item in enumerate(items):
+        o = item.outcome
+        lane = (o.config_key, o.task_id)
+        if _fusable(o) and lane not in lanes and o.delivery_id not in ids:
+            picked.append(i)
+            lanes.add(lane)
+            ids.add(o.delivery_id)
+    if len(picked) < 2:
+        return {}  # one outcome: finish_and_lease_next is the same single round trip
+    outcomes = [items[i].outcome for i in picked]
+    rows = await tx.fetch(
+        "finish_and_lease_many",
+        ["delivered" if o.kind == "delivered" else "dead" for o in outcomes],
+        [o.attempts for o in outcomes],
+        [o.status for o in outcomes],
+        [o.error for o in outcomes],
+        [o.delivery_id for o in outcomes],
+        [o.config_key for o in outcomes],
+        [o.task_id for o in outcomes],
+        [o.worker_id for o in outcomes],
+        [leases[i][1] for i in picked],
+        [leases[i][2] for i in picked],
+        at,
+    )
+    return {
+        picked[row["ord"] - 1]: (
+            bool(row["changed"]),
+            None if row["leased"] is None else str(row["leased"]),
+        )
+        for row in rows
+    }
 
 
 async def _apply_outcome(
@@ -773,21 +856,27 @@ async def _apply_outcome(
     *,
     shift: float = 0.0,
     lease_next: Lease | None = None,
+    finished: tuple[bool, str | None] | None = None,
 ) -> str | None:
     """Record ``o``; with ``lease_next``, also lease the lane's next delivery if it is due
-    now and return its id.
+    now and return its id. ``finished``: ``o`` was written already (by _finish_many),
+    with this result.
 
     ``at`` is the transaction's time. A retry's or deferral's ``o.next_attempt_at`` is on
     the worker's clock (its retry policy or breaker computed it): ``shift`` puts it on
     the clock claims go by, so that a pause shorter than the worker's skew is not due at
     once (a worker behind the database would claim, defer and claim again in a loop)."""
     leased: str | None = None
+    changed: bool | int
     fused = False
     # Each write leaves the delivery alone when another worker holds the lane's lease now
     # (it took the lane over after o.worker_id's lease ran out: its outcome is the one
     # that counts), in the same statement that checks it.
     lane = (o.config_key, o.task_id, o.worker_id)
-    if o.kind == "defer":
+    if finished is not None:
+        changed, leased = finished
+        fused = True
+    elif o.kind == "defer":
         assert o.next_attempt_at is not None
         changed = await tx.execute(
             "defer_delivery", o.next_attempt_at + shift, at, o.delivery_id, *lane
@@ -804,7 +893,7 @@ async def _apply_outcome(
             o.delivery_id,
             *lane,
         )
-    elif lease_next is not None and o.disable_config is None and tx.fuses_finish_and_lease:
+    elif lease_next is not None and _fusable(o) and tx.fuses_finish_and_lease:
         # finish_delivery, and lease_next_head over the deliveries after it, in one
         # statement (for a backend whose every statement is a network round trip).
         state = "delivered" if o.kind == "delivered" else "dead"

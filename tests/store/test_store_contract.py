@@ -741,6 +741,66 @@ async def test_complete_and_claim_next_streams_a_lane(store: Store) -> None:
     assert (await store.stats(now=NOW + 60)).pending == 0
 
 
+async def test_outcomes_arriving_together_each_advance_their_own_lane(store: Store) -> None:
+    """Outcomes that arrive at once share one transaction where statements cost a round
+    trip (on PostgreSQL the finished ones are written, and their lanes' next deliveries
+    leased, by one statement). Each still does exactly what it would alone: delivered
+    and dead ones lease their lane's next delivery, a lane with nothing left goes, and a
+    late outcome (its lane taken over by another worker) changes nothing."""
+    await store.put_config(config("late", id="a"))
+    late_id = (await enqueue(store, "late"))[1][0]
+    (late,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 31)
+    assert taken.id == late_id
+    streamed = [f"t{i}" for i in range(5)]
+    for task in [*streamed, "single"]:
+        await store.put_config(config(task, id="a"))
+        for _ in range(1 if task == "single" else 3):
+            await enqueue(store, task)
+    claimed = {
+        d.task_id: d
+        for d in await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
+    }
+    assert sorted(claimed) == sorted([*streamed, "single"])
+    kinds = {"t0": "dead", "t1": "delivered", "t2": "delivered", "t3": "dead", "t4": "delivered"}
+    outcomes = [
+        done(
+            claimed[task], kinds[task], worker_id="w", status=500 if kinds[task] == "dead" else 200
+        )
+        for task in streamed
+    ]
+    outcomes.append(done(claimed["single"], worker_id="w", status=200))
+    outcomes.append(done(late, worker_id="w", status=200))
+    trips = store.round_trips
+    nexts = await asyncio.gather(
+        *(
+            # No now=: outcomes timed by the store (the database's clock) are the ones
+            # that share transactions.
+            store.complete_and_claim_next(o, lease_seconds=30, worker_id="w")
+            for o in outcomes
+        )
+    )
+    if store.__class__.__name__ == "PostgresStore":
+        # One transaction: BEGIN, the locks, every outcome written and the next
+        # deliveries leased (one statement), the two dead ones' failure clocks (one
+        # each), the lane of "single" dropped (its head, its delete), the leased
+        # deliveries read, COMMIT. One statement per outcome would make it 15.
+        assert store.round_trips - trips <= 9
+    for task, nxt in zip(streamed, nexts, strict=False):
+        assert nxt is not None and nxt.task_id == task and nxt.seq == 2
+        assert nxt.config is not None
+        first = await store.get_delivery(claimed[task].id)
+        assert first is not None and first.state.value == kinds[task]
+    assert nexts[len(streamed)] is None  # "single" had nothing after it
+    assert nexts[-1] is None  # the late outcome leases nothing
+    still = await store.get_delivery(late_id)
+    assert still is not None and still.state is DeliveryState.PENDING
+    # The leases went to w (and x keeps the late lane): nobody else claims now.
+    assert await store.claim_due(10, lease_seconds=30, worker_id="y", now=NOW + 32) == []
+    stats = await store.stats(now=NOW + 32)
+    assert stats.pending == 5 * 2 + 1 and stats.leased == 6
+
+
 async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
     await store.put_config(config(id="a"))
     for _ in range(3):
@@ -1011,3 +1071,25 @@ async def test_a_body_that_fails_ahead_fails_only_where_it_would_be_queued(store
     await store.set_config_enabled(stored.key, True)
     with pytest.raises(ValueError, match="cannot be sent as JSON"):
         await store.enqueue("t-bad", "statusUpdate", broken, new_id=ids())
+
+
+async def test_a_rate_bucket_hands_out_its_capacity_then_its_refill(store: Store) -> None:
+    """The shared token bucket (one row per endpoint): full at first, never more than
+    asked or held, refilled at its rate; when empty, the wait until the next token."""
+    t = 1_000_000.0
+    take = store.take_tokens
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=2, now=t) == (2, 0.0)
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=5, now=t) == (1, 0.0)
+    granted, wait = await take("https://a:443", rate=2.0, capacity=3.0, want=1, now=t)
+    assert granted == 0 and wait == pytest.approx(0.5)
+    granted, wait = await take("https://a:443", rate=2.0, capacity=3.0, want=1, now=t + 0.25)
+    assert granted == 0 and wait == pytest.approx(0.25)
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=4, now=t + 0.5) == (1, 0.0)
+    # Idle for long: refilled up to its capacity only.
+    assert await take("https://a:443", rate=2.0, capacity=3.0, want=9, now=t + 100) == (3, 0.0)
+    # Buckets are per endpoint; a clock that steps back refills nothing.
+    assert await take("https://b:443", rate=1.0, capacity=1.0, want=1, now=t + 100) == (1, 0.0)
+    granted, _ = await take("https://b:443", rate=1.0, capacity=1.0, want=1, now=t + 50)
+    assert granted == 0
+    with pytest.raises(ValueError, match="rate > 0"):
+        await take("https://a:443", rate=0.0, capacity=1.0, want=1)

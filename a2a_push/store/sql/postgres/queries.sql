@@ -226,8 +226,8 @@ DELETE FROM configs WHERE task_id = ANY($1::text[]);
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at, endpoint)
-VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7, $8);
+                        next_attempt_at, created_at, updated_at, endpoint, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $7, $7, $8, $9);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES ($1, $2, $3, $4, $5)
@@ -263,7 +263,7 @@ WITH clock AS (
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        l.endpoint AS lane_endpoint, l.window_size, (SELECT now FROM clock) AS now,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -284,7 +284,7 @@ WHERE lanes.config_key = k.config_key AND lanes.task_id = k.task_id;
 
 -- name: deliveries_with_configs
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -343,6 +343,55 @@ WITH lane AS (
     RETURNING lanes.head_id
 )
 SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT head_id FROM leased) AS leased;
+
+-- name: finish_and_lease_many
+-- finish_and_lease_next for several outcomes, each on a lane of its own, in one
+-- statement: $1-$10 are the outcomes' columns as arrays (state, attempts, status, error,
+-- delivery id, config key, task id, worker whose outcome it is, lease until, worker
+-- taking the lease), $11 the transaction's time. One row per outcome, in the order
+-- given (ord, from 1): changed (0 or 1) and the id leased, or NULL.
+WITH item AS (
+    SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[],
+                         $6::text[], $7::text[], $8::text[], $9::float8[], $10::text[])
+        WITH ORDINALITY
+        AS i (state, attempts, status, error, id, config_key, task_id, worker, until,
+              taker, ord)
+), lane AS (
+    SELECT l.config_key, l.task_id, l.lease_owner
+    FROM lanes l JOIN item i ON l.config_key = i.config_key AND l.task_id = i.task_id
+    FOR UPDATE OF l
+), done AS (
+    UPDATE deliveries d SET state = i.state, attempts = i.attempts, last_status = i.status,
+           last_error = i.error, updated_at = $11
+    FROM item i
+    WHERE d.id = i.id AND d.state = 'pending'
+      AND NOT EXISTS (
+          SELECT 1 FROM lane
+          WHERE lane.config_key = i.config_key AND lane.task_id = i.task_id
+            AND lane.lease_owner <> i.worker
+      )
+    RETURNING d.id
+), head AS (
+    SELECT i.config_key, i.task_id, h.id, h.next_attempt_at, i.until, i.taker
+    FROM item i JOIN done ON done.id = i.id
+    CROSS JOIN LATERAL (
+        SELECT id, next_attempt_at FROM deliveries
+        WHERE config_key = i.config_key AND task_id = i.task_id AND state = 'pending'
+          AND id <> i.id
+        ORDER BY seq LIMIT 1
+    ) AS h
+), leased AS (
+    UPDATE lanes SET head_id = head.id, due_at = head.until, lease_owner = head.taker
+    FROM head
+    WHERE lanes.config_key = head.config_key AND lanes.task_id = head.task_id
+      AND head.next_attempt_at <= $11
+    RETURNING lanes.config_key, lanes.task_id, lanes.head_id
+)
+SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id AS leased
+FROM item i
+LEFT JOIN done ON done.id = i.id
+LEFT JOIN leased ON leased.config_key = i.config_key AND leased.task_id = i.task_id
+ORDER BY i.ord;
 
 -- name: retry_delivery
 -- (See finish_delivery.)
@@ -476,3 +525,23 @@ GROUP BY bucket;
 SELECT endpoint, duration, verdict FROM attempts
 WHERE started_at >= $1 AND started_at < $2
 ORDER BY started_at DESC LIMIT $3;
+
+-- ---- rate limits ----------------------------------------------------------------------
+
+-- name: take_tokens
+-- Up to $4 tokens from endpoint $1's bucket (refilled at $2 a second, holding at most
+-- $3), at time $5 (NULL: the database server's clock); one statement, so concurrent
+-- takers queue on the row. granted: how many were taken; tokens: what is left (below 1 when none were).
+INSERT INTO rate_buckets AS b (endpoint, tokens, updated_at, granted)
+SELECT $1, $3::float8 - LEAST($4::int, floor($3::float8)::int), t.now,
+       LEAST($4::int, floor($3::float8)::int)
+FROM (SELECT coalesce($5::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
+ON CONFLICT (endpoint) DO UPDATE SET
+    granted = LEAST($4::int, floor(LEAST($3::float8,
+        b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8))::int),
+    tokens = LEAST($3::float8,
+        b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8)
+        - LEAST($4::int, floor(LEAST($3::float8,
+            b.tokens + GREATEST(0, excluded.updated_at - b.updated_at) * $2::float8))::int),
+    updated_at = GREATEST(b.updated_at, excluded.updated_at)
+RETURNING granted, tokens;

@@ -154,8 +154,8 @@ DELETE FROM configs WHERE task_id IN (SELECT value FROM json_each(?1));
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
-                        next_attempt_at, created_at, updated_at, endpoint)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7, ?8);
+                        next_attempt_at, created_at, updated_at, endpoint, traceparent)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7, ?7, ?8, ?9);
 
 -- name: open_lane
 INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -174,7 +174,7 @@ WITH due AS (
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -192,7 +192,7 @@ UPDATE lanes SET due_at = ?1, lease_owner = ?2 WHERE config_key = ?3 AND task_id
 
 -- name: deliveries_with_configs
 SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
        c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
        c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
@@ -357,3 +357,20 @@ GROUP BY bucket;
 SELECT endpoint, duration, verdict FROM attempts
 WHERE started_at >= ?1 AND started_at < ?2
 ORDER BY started_at DESC LIMIT ?3;
+
+-- ---- rate limits ----------------------------------------------------------------------
+
+-- name: take_tokens
+-- Up to ?4 tokens from endpoint ?1's bucket (refilled at ?2 a second, holding at most
+-- ?3), at time ?5. granted: how many were taken; tokens: what is left (below 1 when none
+-- were). (CAST truncates, which is floor for these non-negative amounts.)
+INSERT INTO rate_buckets AS b (endpoint, tokens, updated_at, granted)
+SELECT ?1, ?3 - min(?4, CAST(?3 AS INTEGER)), ?5, min(?4, CAST(?3 AS INTEGER)) WHERE true
+ON CONFLICT (endpoint) DO UPDATE SET
+    granted = min(?4, CAST(min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+                           AS INTEGER)),
+    tokens = min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+        - min(?4, CAST(min(?3, b.tokens + max(0, excluded.updated_at - b.updated_at) * ?2)
+                       AS INTEGER)),
+    updated_at = max(b.updated_at, excluded.updated_at)
+RETURNING granted, tokens;
