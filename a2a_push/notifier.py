@@ -33,6 +33,14 @@ from .delivery.retry import RetryPolicy
 from .delivery.ssrf import AddressPolicy
 from .delivery.transport import Timeouts, Transport
 from .errors import InvalidConfigError, NotifierNotStartedError, StoreUnavailableError
+from .events import (
+    OPERATOR_TASK,
+    EventCallback,
+    Events,
+    OperationalEvent,
+    is_operator_task,
+    operator_config,
+)
 from .ids import new_config_id, new_delivery_id, new_key
 from .metrics import Metrics, add_metrics_route
 from .protocol.constants import DEFAULT_MAX_PAYLOAD_BYTES, VERSION_0_3, VERSION_1_0
@@ -113,6 +121,8 @@ class PushNotifier:
         run_dispatcher: bool = True,
         key_reload_interval: float = 30.0,
         retention: Retention | None = None,
+        operator_url: str | None = None,
+        operator_token: str | None = None,
     ) -> None:
         _check_arguments(
             issuer=issuer,
@@ -198,6 +208,14 @@ class PushNotifier:
             options=dispatcher,
         )
         self._run_dispatcher = run_dispatcher
+        self.operator_url = _check_operator(self.address_policy, operator_url, operator_token)
+        self._operator_token = operator_token
+        # Operational events (docs/events.md): dead letters and disabled configs from the
+        # dispatcher, breakers opening and closing, signing keys rotated and retired.
+        self.events = Events()
+        self.dispatcher.events = self.events
+        self.dispatcher.health.listener = self.events.breaker_changed
+        self._keys_seen = _key_state(self.keyset)
         self._key_reload_interval = key_reload_interval
         self._jwks_checked_at = float("-inf")  # time.monotonic() of jwks()'s last reload
         self._key_reload_failure: str | None = None  # the last one logged
@@ -269,6 +287,16 @@ class PushNotifier:
         await self.store.open()
         self._loop = loop
         try:
+            operator = None
+            if self.operator_url is not None:
+                if self.resolve_on_register:
+                    await self.address_policy.check_url(self.operator_url, "operator_url")
+                # Stored (again) at each start: enabled, at the URL given now.
+                operator = await self.store.put_config(
+                    operator_config(self.operator_url, self._operator_token)
+                )
+            self.events.start(self.store, operator, self.dispatcher.wake)
+            self._keys_seen = _key_state(self.keyset)
             if self._owns_transport:
                 await self.transport.start()
             if self._run_dispatcher:
@@ -308,6 +336,7 @@ class PushNotifier:
                         await background
             self._key_watcher = self._janitor = None
             await self.dispatcher.stop()
+            await self.events.stop()  # after the dispatcher: its last events are queued too
         finally:
             try:
                 if self._owns_transport:
@@ -361,6 +390,7 @@ class PushNotifier:
         while True:
             await asyncio.sleep(self._key_reload_interval)
             self._reload_keys()
+            self.note_key_changes()
 
     def _require_started(self) -> None:
         if not self._started and self._stopped:
@@ -437,6 +467,8 @@ class PushNotifier:
             )
         if task is not None and (not isinstance(task, Task) or task.id != task_id):
             raise ValueError(f"publish(): task= must be the Task {task_id!r} (its snapshot)")
+        if is_operator_task(task_id):
+            raise ValueError(f"publish(): the task id {OPERATOR_TASK!r} is reserved (events)")
         self._require_started()
         event_task_id = event.id if isinstance(event, Task) else event.task_id
         if event_task_id != task_id:
@@ -597,6 +629,8 @@ class PushNotifier:
         problem = id_problem(target_task)  # (config.task_id was checked by the model)
         if problem is not None:
             raise InvalidConfigError("taskId", problem)
+        if is_operator_task(target_task):
+            raise InvalidConfigError("taskId", "is reserved for a2a-push's operational events")
         if protocol_version not in (VERSION_1_0, VERSION_0_3):
             raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
         self.address_policy.validate_url(config.url)
@@ -692,6 +726,7 @@ class PushNotifier:
             if now - self._jwks_checked_at >= 1.0:
                 self._jwks_checked_at = now
                 self._reload_keys(wait=False)
+        self.note_key_changes()
         return self.keyset.jwks()
 
     def _reload_keys(self, *, wait: bool = True) -> None:
@@ -702,11 +737,32 @@ class PushNotifier:
             if self.keyset.reload(wait=wait):
                 log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
             self._key_reload_failure = None
+            self.note_key_changes()
         except Exception as exc:
             cause = f"{type(exc).__name__}: {exc}"
             if cause != self._key_reload_failure:
                 self._key_reload_failure = cause
                 log.exception("reloading the signing keys failed; still using the old set")
+
+    def note_key_changes(self) -> None:
+        """Emit ``key.rotated`` and ``key.retired`` for what changed in the key set since
+        the last look (a rotation here, or one another process made and a reload
+        adopted)."""
+        now = _key_state(self.keyset)
+        before, self._keys_seen = self._keys_seen, now
+        if now != before and self._started:
+            self.events.keys_changed(before, now)
+
+    def on_event(self, callback: EventCallback) -> Callable[[], None]:
+        """Call ``callback(event)`` with each operational event (an
+        :class:`~a2a_push.events.OperationalEvent`; docs/events.md), on the event loop,
+        as it happens; an async callback is awaited in a task of its own. A callback
+        that raises is logged; delivery goes on. Returns a function that unregisters it."""
+        return self.events.on_event(callback)
+
+    def recent_events(self) -> list[OperationalEvent]:
+        """The latest operational events this notifier emitted (in memory), oldest first."""
+        return list(self.events.recent)
 
     async def dead_letters(self, *, task_id: str | None = None, limit: int = 100) -> list[Delivery]:
         self._require_started()
@@ -905,6 +961,31 @@ def _check_arguments(
         )
     if not key_reload_interval >= 0:
         raise ValueError("PushNotifier(): key_reload_interval must be 0 (off) or positive")
+
+
+def _check_operator(policy: AddressPolicy, url: object, token: object) -> str | None:
+    """The operator URL, checked as a webhook URL is (syntax and SSRF policy)."""
+    if url is None:
+        if token is not None:
+            raise ValueError("PushNotifier(): operator_token= needs an operator_url=")
+        return None
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"PushNotifier(): operator_url must be a URL (str), not {url!r}")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise TypeError("PushNotifier(): operator_token must be a non-empty str")
+    try:
+        policy.validate_url(url, "operator_url")
+        if token and stdwh.is_standard_webhooks_secret(token):
+            stdwh.sign(token, "msg_check", 0, b"")
+    except InvalidConfigError as exc:
+        what = "operator_token" if exc.field == "token" else "operator_url"
+        raise ValueError(f"PushNotifier(): {what}: {exc.message}") from None
+    return url
+
+
+def _key_state(keyset: KeySet) -> tuple[str, dict[str, str]]:
+    """The active kid, and every kid held with its algorithm (see note_key_changes)."""
+    return keyset.active.kid, {key.kid: key.alg for key in keyset.keys}
 
 
 def _article(noun: str) -> str:

@@ -32,6 +32,7 @@ from ..delivery.health import BreakerState, EndpointHealth
 from ..delivery.webhook import webhook_headers
 from ..endpoints import endpoint_of
 from ..errors import StoreUnavailableError
+from ..events import OperationalEvent
 from ..ids import delivery_id_floor
 from ..openapi import Body, Operation, Param, refusal, route
 from ..protocol.constants import (
@@ -92,6 +93,8 @@ class ConsoleSource:
     wake: Callable[[], None] | None = None
     signing: bool = True
     name: str = "a2a-push"
+    # The operational events this process emitted lately, oldest first (docs/events.md).
+    events: Callable[[], list[OperationalEvent]] | None = None
 
     @classmethod
     def of_notifier(cls, notifier: Any, *, name: str = "a2a-push") -> ConsoleSource:
@@ -103,6 +106,7 @@ class ConsoleSource:
             wake=dispatcher.wake,
             signing=notifier.signer is not None,
             name=name,
+            events=notifier.recent_events,
         )
 
 
@@ -588,7 +592,26 @@ class Console:
             ),
             h("h2", None, "Attempts over the last hour"),
             _chart(data["series"]),
+            *self._recent_events(),
         )
+
+    def _recent_events(self) -> list[Markup]:
+        """The "Recent events" list: this process's latest operational events, newest
+        first (none for a console opened on an outbox file)."""
+        if self.source.events is None:
+            return []
+        rows = [
+            (when(e.time), h("code", None, e.type), _event_summary(e))
+            for e in reversed(self.source.events())
+        ]
+        return [
+            h("h2", None, "Recent events"),
+            table(
+                ("time", "event", "about"),
+                rows,
+                empty="No operational events since this process started.",
+            ),
+        ]
 
     # ---- deliveries -------------------------------------------------------------------
 
@@ -1161,6 +1184,25 @@ def _after(after: str | None, since: float | None) -> str | None:
         return after
     floor = delivery_id_floor(since - 1.0)
     return max(after, floor) if after is not None else floor
+
+
+def _event_summary(event: OperationalEvent) -> str:
+    """One line on what an event is about: its endpoint, config, task or key."""
+    data = event.data
+    parts = [
+        f"{label} {data[name]}"
+        for name, label in (
+            ("endpoint", ""),
+            ("configId", "config"),
+            ("taskId", "task"),
+            ("reason", "reason:"),
+            ("lastError", "last:"),
+            ("kid", "kid"),
+            ("previousKid", "replacing"),
+        )
+        if data.get(name) not in (None, "")
+    ]
+    return ", ".join(part.strip() for part in parts)
 
 
 def _duration(seconds: float) -> str:

@@ -29,6 +29,7 @@ from yarl import URL
 
 from .. import tracing
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
+from ..events import Events
 from ..metrics import Metrics
 from ..protocol.constants import (
     HEADER_AUTHORIZATION,
@@ -187,6 +188,8 @@ class Dispatcher:
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
+        # Told of every dead letter and disabled config (the notifier's operational events).
+        self.events: Events | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -863,6 +866,8 @@ class Dispatcher:
         self._count_verdicts(sent, verdict)
         if kind == "dead" or attempts > 1:
             self._log_outcome(delivery, outcome, sent)
+        if kind == "dead" and self.events is not None:
+            self.events.dead_lettered(delivery, outcome, gone=verdict == "gone")
         return nxt
 
     def _log_outcome(self, delivery: Delivery, outcome: Outcome, sent: _Sent | None = None) -> None:

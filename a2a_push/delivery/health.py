@@ -13,7 +13,9 @@ schedules work.
 from __future__ import annotations
 
 import enum
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..endpoints import endpoint_of
@@ -22,6 +24,12 @@ __all__ = ["BreakerState", "EndpointHealth", "endpoint_of"]
 
 
 _PRUNE_EVERY = 60.0  # seconds
+
+log = logging.getLogger(__name__)
+
+BreakerListener = Callable[[str, "BreakerState", int], None]
+"""Told of a breaker that opens (closed before) or closes: (endpoint, new state, the
+consecutive failures that opened it)."""
 
 
 class BreakerState(enum.StrEnum):
@@ -58,6 +66,9 @@ class EndpointHealth:
         self.probe_timeout = probe_timeout
         self._endpoints: dict[str, _Endpoint] = {}
         self._pruned_at = float("-inf")
+        # Told when a breaker opens after being closed, and when it closes (the notifier's
+        # operational events). A re-opening after a failed probe is not a change.
+        self.listener: BreakerListener | None = None
 
     def admit(self, endpoint: str, now: float | None = None) -> float | None:
         """None if a request may go now, else the time (epoch seconds) at which to try
@@ -85,7 +96,9 @@ class EndpointHealth:
             e.probing_since = None
 
     def record_success(self, endpoint: str) -> None:
-        self._endpoints.pop(endpoint, None)
+        e = self._endpoints.pop(endpoint, None)
+        if e is not None and e.failures >= self.failure_threshold:
+            self._tell(endpoint, BreakerState.CLOSED, e.failures)
 
     def record_failure(self, endpoint: str, now: float | None = None) -> None:
         now = _reading(now)
@@ -100,6 +113,16 @@ class EndpointHealth:
             # breaker to its longest cool-down on its first opening.
             e.trips += 1
             e.open_until = now + min(self.cool_down * 2 ** (e.trips - 1), self.max_cool_down)
+            if e.trips == 1:
+                self._tell(endpoint, BreakerState.OPEN, e.failures)
+
+    def _tell(self, endpoint: str, state: BreakerState, failures: int) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(endpoint, state, failures)
+        except Exception:  # a listener never breaks the delivery that reported to it
+            log.exception("the breaker listener failed on %s (%s)", endpoint, state.value)
 
     def state(self, endpoint: str, now: float | None = None) -> BreakerState:
         e = self._endpoints.get(endpoint)

@@ -38,6 +38,7 @@ from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Timeouts
 from a2a_push.endpoints import parse_endpoint
 from a2a_push.errors import StoreUnavailableError
+from a2a_push.events import OPERATOR_TASK, is_operator_task
 from a2a_push.httputil import read_at_most
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
@@ -136,6 +137,10 @@ class Gateway:
                 rate_limits=settings.rate_limits,
             ),
             key_reload_interval=0,
+            operator_url=settings.operator_url,
+            operator_token=settings.operator_token.get_secret_value()
+            if settings.operator_token is not None
+            else None,
         )
         self._agents = {_digest(a.api_key.get_secret_value()): a.id for a in settings.agents}
         self._admins = [_digest(k.get_secret_value()) for k in settings.admin_keys]
@@ -208,6 +213,7 @@ class Gateway:
         self._keyset._adopt(KeySet(keys, grace_period=self._keyset.grace_period))
         what = "signing keys loaded" if starting else "signing keys reloaded"
         log.info("%s; active kid %s", what, self._keyset.active.kid)
+        self.notifier.note_key_changes()  # key.rotated, key.retired (docs/events.md)
         return True
 
     async def fresh_keys(self) -> None:
@@ -552,6 +558,8 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
         tracing.annotate(**{"a2a_push.agent": agent_id})
         if not valid_task_id(task_id):
             return _error(400, "invalid_task_id", _INVALID_TASK_ID)
+        if is_operator_task(task_id):
+            return _error(400, "invalid_task_id", f"the task id {OPERATOR_TASK!r} is reserved")
         if request.content_type not in ("application/json", "application/a2a+json"):
             return _error(415, "unsupported_media_type", "send application/json")
         if request.content_length is not None and request.content_length > limit:

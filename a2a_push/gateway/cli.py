@@ -17,10 +17,12 @@ from urllib.parse import urlsplit
 from a2a_push import logs, tracing
 from a2a_push.cli.common import print_error, unknown_variable
 from a2a_push.errors import StoreUnavailableError
+from a2a_push.events import key_rotated, queue_for_operator
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
 from a2a_push.settings_files import SettingsError, read_config_file
 from a2a_push.signing.keys import Algorithm, KeyStoreError
+from a2a_push.store import StoreOptions, open_store
 
 from .settings import (
     DEFAULT_PORT,
@@ -102,6 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(repeat; overrides --rate-limit for it)",
     )
     parser.add_argument(
+        "--operator-url",
+        metavar="URL",
+        help="send operational events (config disabled, dead letters, breakers, key "
+        "rotations) here as signed webhooks (docs/events.md)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=_log_level,
@@ -146,6 +154,7 @@ def _settings(args: argparse.Namespace) -> Any:
             "agents": agents,
             "admin_keys": args.admin_key,
             "allow_webhook_hosts": args.allow_webhook_host,
+            "operator_url": args.operator_url,
             "retry_schedule": args.retry_schedule,
             "max_delivery_age": args.max_delivery_age,
             "max_in_flight_per_endpoint": args.max_in_flight_per_endpoint,
@@ -256,7 +265,7 @@ def _unreachable(database: str, exc: StoreUnavailableError) -> str:
     )
 
 
-_SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys")
+_SECRET_KEYS: Final = ("agents", "admin_keys", "encryption_keys", "operator_token")
 
 
 def _warn_if_others_can_read(path: Path) -> None:
@@ -299,8 +308,32 @@ def rotate_in_database(
                 )
             active = [k for k in current if k.retired_at is None]
             new = await state.rotate_key(alg or (active[0].alg if active else "ES256"))
-            return new.kid, new.alg
         finally:
             await state.close()
+        previous = active[0].kid if active else None
+        await _queue_key_rotated(database, encryption_keys, new.kid, new.alg, previous)
+        return new.kid, new.alg
 
     return asyncio.run(go())
+
+
+async def _queue_key_rotated(
+    database: str, encryption_keys: list[str] | None, kid: str, alg: str, previous: str | None
+) -> None:
+    """Queue the rotation's ``key.rotated`` event for the gateway's operator endpoint (when
+    it has one), so it is sent even when no gateway runs now; the gateways that adopt the
+    key queue the same event, and the outbox keeps one. A failure is a warning: the key
+    is rotated, and a running gateway still reports it."""
+    store = open_store(database, StoreOptions(encryption_keys=encryption_keys))
+    try:
+        await store.open()
+        await queue_for_operator(store, key_rotated(kid, alg, previous))
+    except Exception as exc:
+        log.warning(
+            "the key is rotated, but its key.rotated event could not be queued for the "
+            "operator endpoint (%s: %s); running gateways report it when they adopt the key",
+            type(exc).__name__,
+            exc,
+        )
+    finally:
+        await store.close()

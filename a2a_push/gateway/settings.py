@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -20,6 +21,7 @@ from a2a_push.delivery.dispatcher import DispatcherOptions, longest_claim
 from a2a_push.delivery.ratelimit import RateLimits
 from a2a_push.delivery.retry import DEFAULT_SCHEDULE, RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.errors import InvalidConfigError
 from a2a_push.logs import LogFormat
 from a2a_push.settings_files import (
     SettingsError,
@@ -32,6 +34,7 @@ from a2a_push.settings_files import (
     read_config_file,
     service_base_url,
 )
+from a2a_push.signing import standard_webhooks as stdwh
 from a2a_push.store import is_postgres_url
 from a2a_push.store.secrets import SecretBox
 
@@ -70,6 +73,15 @@ class GatewaySettings(_Model):
     admin_keys: tuple[SecretStr, ...] = ()
     encryption_keys: tuple[SecretStr, ...] = ()
     allow_webhook_hosts: tuple[str, ...] = ()
+    operator_url: str | None = Field(
+        default=None,
+        description="where operational events go as signed webhooks (docs/events.md)",
+    )
+    operator_token: SecretStr | None = Field(
+        default=None,
+        description="sent with each operational event: a whsec_ secret signs it (Standard "
+        "Webhooks), any other token goes in X-A2A-Notification-Token",
+    )
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     key_reload_interval: float = Field(default=10.0, gt=0)
     lease_seconds: float = Field(
@@ -214,6 +226,37 @@ class GatewaySettings(_Model):
     def _allowlist(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         AddressPolicy(value)  # a ValueError naming the bad entry
         return value
+
+    @field_validator("operator_url")
+    @classmethod
+    def _operator_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None
+        hosts = info.data.get("allow_webhook_hosts", ())
+        try:  # checked as any webhook URL is (syntax, SSRF policy)
+            AddressPolicy(list(hosts)).validate_url(value, "operator_url")
+        except InvalidConfigError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("operator_token")
+    @classmethod
+    def _operator_token(cls, value: SecretStr | None) -> SecretStr | None:
+        secret = value.get_secret_value() if value is not None else ""
+        if not secret:
+            return None
+        if stdwh.is_standard_webhooks_secret(secret):
+            try:
+                stdwh.sign(secret, "msg_check", 0, b"")
+            except InvalidConfigError as exc:
+                raise ValueError(exc.message) from None
+        return value
+
+    @model_validator(mode="after")
+    def _operator_token_needs_url(self) -> GatewaySettings:
+        if self.operator_token is not None and self.operator_url is None:
+            raise ValueError("operator_token is set without an operator_url to send it to")
+        return self
 
     @field_validator("agents")
     @classmethod
