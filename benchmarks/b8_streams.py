@@ -22,8 +22,9 @@ tasks, started together, step together).
 Memory: Python allocations of this process (``tracemalloc``, on only while the N tasks
 are being opened), from before the first task until every task has its first event (C)
 or its answer (B); per task, and the difference C - B: what one open stream costs beyond
-its task (its subscriber, handler, request and response). Rates: events/s read by the stream clients and webhooks/s
-of the N tasks at the sink, each from its first to its last, side by side.
+its task (its subscriber, handler, request and response). Rates: events/s read by the
+stream clients and webhooks/s of the N tasks at the sink, each from its first to its
+last, side by side.
 """
 
 from __future__ import annotations
