@@ -34,7 +34,6 @@ import contextlib
 import gc
 import json
 import os
-import socket
 import sys
 import time
 import tracemalloc
@@ -42,9 +41,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiohttp import web
-
-from a2a_push.mock_agent import AGENT, MockAgent, create_app
+from a2a_push.mock_agent import AGENT, MockAgent, serving
 from a2a_push.protocol.types import TaskPushNotificationConfig
 
 from .b2_latency import paced_publish
@@ -106,24 +103,10 @@ class Phase:
 
 @contextlib.asynccontextmanager
 async def served_agent(step_delay: float) -> AsyncIterator[tuple[str, MockAgent]]:
-    """A fresh mock agent on 127.0.0.1 (port bound first: the card and issuer need it)."""
+    """A fresh mock agent on 127.0.0.1, its data in a temporary folder."""
     with temp_dir("a2a-push-b8-") as tmp:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = create_app(
-            data_dir=tmp / "agent",
-            allow_webhook_hosts=["127.0.0.1"],
-            public_url=url,
-            step_delay=step_delay,
-        )
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
-        await runner.setup()
-        try:
-            await web.SockSite(runner, sock, backlog=2048).start()
+        async with serving(tmp / "agent", step_delay=step_delay) as (url, app):
             yield url, app[AGENT]
-        finally:
-            await runner.cleanup()
 
 
 async def start_clients(url: str, hook: str, p: B8Params, mode: str) -> asyncio.subprocess.Process:

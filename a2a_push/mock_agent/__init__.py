@@ -29,7 +29,16 @@ use: a digest of the ``Authorization`` header).
 """
 
 from .agent import GatewayPushConfigs, MockAgent
-from .app import AGENT, AGENT_NAME, DEFAULT_HOST, DEFAULT_PORT, agent_card, create_app, serve
+from .app import (
+    AGENT,
+    AGENT_NAME,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    agent_card,
+    create_app,
+    serve,
+    serving,
+)
 from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
 from .streams import KEEPALIVE_SECONDS, STREAM_QUEUE_LIMIT
 from .tasks import MAX_MESSAGE_DEPTH, TaskRecord, TaskStore
@@ -52,4 +61,5 @@ __all__ = [
     "agent_card",
     "create_app",
     "serve",
+    "serving",
 ]

@@ -4,6 +4,7 @@ JWKS, metrics), and ``serve`` to run it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -217,6 +218,35 @@ def create_app(
     add_metrics_route(app, notifier.metrics, "/metrics", before_scrape=notifier.refresh_metrics)
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    data_dir: Path | None,
+    *,
+    allow_webhook_hosts: Sequence[str] = ("127.0.0.1",),
+    **options: Any,
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """The mock agent served on a free port of 127.0.0.1 until the block ends: (its base
+    URL, the application). The port is bound first, so that the card and the JWT issuer
+    name it. ``options``: the rest of ``create_app``'s (``step_delay``, ...). For the
+    demo, tests and benchmarks."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    runner: web.AppRunner | None = None
+    try:
+        sock.bind((DEFAULT_HOST, 0))
+        url = f"http://{DEFAULT_HOST}:{sock.getsockname()[1]}"
+        app = create_app(
+            data_dir=data_dir, allow_webhook_hosts=allow_webhook_hosts, public_url=url, **options
+        )
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+        await runner.setup()
+        await web.SockSite(runner, sock, backlog=2048).start()
+        yield url, app
+    finally:
+        if runner is not None:
+            await runner.cleanup()  # the agent's notifier stops with it
+        sock.close()
 
 
 SSE_HEADERS: Final = {

@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -33,14 +32,15 @@ from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.types import a2a_pb2
 from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
-from aiohttp import web
 from joserfc import jwk as jose_jwk
 from joserfc import jwt as jose_jwt
 
-from a2a_push.mock_agent import create_app
+from a2a_push.mock_agent import serving
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
 from a2a_push.testing import ReceivedWebhook, WebhookSink
+
+from ..mock_agent_support import describe_event
 
 STEP_DELAY = 0.05
 TIMEOUT = 10.0
@@ -60,25 +60,9 @@ class RunningAgent:
 
 @pytest.fixture
 async def agent(tmp_path: Path) -> AsyncIterator[RunningAgent]:
-    # The card and the JWT issuer need the real port before the app exists, so the
-    # listening socket is bound first (port 0) and handed to the site: no port race.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    app = create_app(
-        data_dir=tmp_path / "agent",
-        allow_webhook_hosts=["127.0.0.1"],
-        public_url=url,
-        step_delay=STEP_DELAY,
-    )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        await web.SockSite(runner, sock).start()
+    # The card and the JWT issuer name the real port: `serving` binds it first.
+    async with serving(tmp_path / "agent", step_delay=STEP_DELAY) as (url, _app):
         yield RunningAgent(url=url)
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -173,15 +157,7 @@ async def key_set(http: httpx.AsyncClient, agent: RunningAgent) -> tuple[Any, li
 
 def describe(hook: ReceivedWebhook) -> str:
     """Each webhook as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    body = json.loads(hook.body)
-    assert len(body) == 1, body
-    kind, event = next(iter(body.items()))
-    if kind == "task":
-        return f"task:{event['status']['state']}"
-    if kind == "statusUpdate":
-        return f"status:{event['status']['state']}"
-    assert kind == "artifactUpdate", kind
-    return f"artifact:{event['artifact']['name']}"
+    return describe_event(json.loads(hook.body))
 
 
 async def verified_webhooks(

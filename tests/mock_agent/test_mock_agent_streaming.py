@@ -23,6 +23,7 @@ from a2a_push.mock_agent import AGENT, MockAgent, create_app
 from a2a_push.testing import WebhookSink
 
 from ..mock_agent_support import ALICE, ALICE_V03, BOB, message
+from ..mock_agent_support import describe_event as describe
 from ..mock_agent_support import result as http_result
 
 STEP = 0.05
@@ -126,17 +127,6 @@ async def stream_error(
     return error
 
 
-def describe(result: dict[str, Any]) -> str:
-    """A v1.0 StreamResponse as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    [(kind, event)] = result.items()
-    if kind == "task":
-        return f"task:{event['status']['state'].removeprefix('TASK_STATE_')}"
-    if kind == "statusUpdate":
-        return f"status:{event['status']['state'].removeprefix('TASK_STATE_')}"
-    assert kind == "artifactUpdate", kind
-    return f"artifact:{event['artifact']['name']}"
-
-
 def assemble(artifacts: dict[str, list[str]], result: dict[str, Any]) -> None:
     """Apply one event to ``artifacts`` (artifact id -> texts) as a client would."""
     if "task" in result:
@@ -201,10 +191,10 @@ async def test_a_stream_sends_the_task_then_every_update_in_order_and_closes_at_
         results = await s.rest()
         assert s.response.headers["Cache-Control"] == "no-cache"
     assert [describe(r) for r in results] == [
-        "task:SUBMITTED",
-        "status:WORKING",
+        "task:TASK_STATE_SUBMITTED",
+        "status:TASK_STATE_WORKING",
         *["artifact:report"] * 4,
-        "status:COMPLETED",
+        "status:TASK_STATE_COMPLETED",
     ]
     task_id = results[0]["task"]["id"]
     assert all(r[next(iter(r))].get("taskId", task_id) == task_id for r in results)
@@ -227,9 +217,9 @@ async def test_the_stream_closes_at_input_required_and_a_follow_up_streams_the_r
     async with open_stream(running, "SendStreamingMessage", params) as s:
         first = await s.rest()
     assert [describe(r) for r in first] == [
-        "task:SUBMITTED",
-        "status:WORKING",
-        "status:INPUT_REQUIRED",
+        "task:TASK_STATE_SUBMITTED",
+        "status:TASK_STATE_WORKING",
+        "status:TASK_STATE_INPUT_REQUIRED",
     ]
     assert "history" not in first[0]["task"]  # historyLength shapes the first Task
     task_id = first[0]["task"]["id"]
@@ -237,7 +227,11 @@ async def test_the_stream_closes_at_input_required_and_a_follow_up_streams_the_r
     follow_up = {"message": message("on Friday", taskId=task_id)}
     async with open_stream(running, "SendStreamingMessage", follow_up) as s:
         second = await s.rest()
-    assert [describe(r) for r in second] == ["task:WORKING", "artifact:order", "status:COMPLETED"]
+    assert [describe(r) for r in second] == [
+        "task:TASK_STATE_WORKING",
+        "artifact:order",
+        "status:TASK_STATE_COMPLETED",
+    ]
     assert second[0]["task"]["id"] == task_id
     assert [m["parts"][0]["text"] for m in second[0]["task"]["history"]][-1] == "on Friday"
 
@@ -291,7 +285,10 @@ async def test_several_subscribers_each_get_every_event_from_the_moment_they_att
     async with serving(tmp_path, step_delay=0.15) as r:
         task_id = await start(r, "report")
         async with open_stream(r, "SubscribeToTask", {"id": task_id}) as early:
-            assert describe(await early.next() or {}) in ("task:SUBMITTED", "task:WORKING")
+            assert describe(await early.next() or {}) in (
+                "task:TASK_STATE_SUBMITTED",
+                "task:TASK_STATE_WORKING",
+            )
             # Wait until the first chunk is out, then attach a second subscriber.
             while describe(await early.next() or {}) != "artifact:report":
                 pass
@@ -306,7 +303,10 @@ async def test_several_subscribers_each_get_every_event_from_the_moment_they_att
     assert [len(a["parts"]) for a in snapshot["artifacts"]] == [1]
     seen_before = len(early_results) - (len(late_results) - 1)
     assert late_results[1:] == early_results[seen_before:]
-    assert [describe(x) for x in late_results[1:]] == [*["artifact:report"] * 3, "status:COMPLETED"]
+    assert [describe(x) for x in late_results[1:]] == [
+        *["artifact:report"] * 3,
+        "status:TASK_STATE_COMPLETED",
+    ]
     assert assembled(late_results) == assembled(early_results)
     assert [len(texts) for texts in assembled(late_results).values()] == [4]
 
@@ -317,15 +317,15 @@ async def test_subscribing_to_a_task_waiting_for_input_follows_it_after_the_foll
     task_id = await start(running, "book a table")
     await wait_state(running, task_id, "TASK_STATE_INPUT_REQUIRED")
     async with open_stream(running, "SubscribeToTask", {"id": task_id}) as s:
-        assert describe(await s.next() or {}) == "task:INPUT_REQUIRED"
+        assert describe(await s.next() or {}) == "task:TASK_STATE_INPUT_REQUIRED"
         params = {"message": message("Monday", taskId=task_id)}
         await http_result(running.session, running.url, "SendMessage", params)
         rest = await s.rest()
     assert [describe(x) for x in rest] == [
-        "task:INPUT_REQUIRED",
-        "status:WORKING",
+        "task:TASK_STATE_INPUT_REQUIRED",
+        "status:TASK_STATE_WORKING",
         "artifact:order",
-        "status:COMPLETED",
+        "status:TASK_STATE_COMPLETED",
     ]
 
 
@@ -383,7 +383,7 @@ async def test_an_idle_stream_whose_client_went_away_is_noticed_by_its_keepalive
         await wait_state(r, task_id, "TASK_STATE_AUTH_REQUIRED")
         record = next(x for x in r.agent.tasks.records() if x.task.id == task_id)
         async with open_stream(r, "SubscribeToTask", {"id": task_id}) as s:
-            assert describe(await s.next() or {}) == "task:AUTH_REQUIRED"
+            assert describe(await s.next() or {}) == "task:TASK_STATE_AUTH_REQUIRED"
             await s.keepalive()  # ": keep-alive" comments while nothing happens
             await s.keepalive()
             assert len(record.subscribers) == 1
@@ -444,10 +444,10 @@ async def test_one_task_followed_by_polling_by_stream_and_by_webhook_tells_one_s
             await started.wait()
             while True:
                 task = await get_task(r, task_id)
-                state = task["status"]["state"].removeprefix("TASK_STATE_")
+                state = task["status"]["state"]
                 if not polled or polled[-1] != state:
                     polled.append(state)
-                if state == "COMPLETED":
+                if state == "TASK_STATE_COMPLETED":
                     return task
                 await asyncio.sleep(0.01)
 
@@ -464,12 +464,12 @@ async def test_one_task_followed_by_polling_by_stream_and_by_webhook_tells_one_s
     # The stream and the webhooks: the same events, in the same order, byte-for-byte the
     # same StreamResponse for every update (the first webhook is the task as registered).
     assert len(hooks) == len(streamed)
-    assert describe(hooks[0]) == describe(streamed[0]) == "task:SUBMITTED"
+    assert describe(hooks[0]) == describe(streamed[0]) == "task:TASK_STATE_SUBMITTED"
     assert hooks[1:] == streamed[1:]
     # Polling saw some of those states, in the same order, ending at the same one.
     story = [describe(x).split(":")[1] for x in streamed if "artifactUpdate" not in x]
     assert polled == [state for state in story if state in polled]
-    assert polled[-1] == story[-1] == "COMPLETED" and len(polled) >= 2
+    assert polled[-1] == story[-1] == "TASK_STATE_COMPLETED" and len(polled) >= 2
     # One artifact, assembled alike from the stream, from the webhooks and by GetTask.
     assert assembled(streamed) == assembled(hooks) == task_artifacts(polled_task)
     assert [len(t) for t in task_artifacts(polled_task).values()] == [4]
