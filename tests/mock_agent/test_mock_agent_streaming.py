@@ -22,7 +22,8 @@ from aiohttp.test_utils import TestServer
 from a2a_push.mock_agent import AGENT, MockAgent, create_app
 from a2a_push.testing import WebhookSink
 
-from ..mock_agent_support import ALICE, ALICE_V03, BOB, message
+from ..gateway_support import gateway_settings, running_gateway
+from ..mock_agent_support import ALICE, ALICE_V03, BOB, message, running_agent
 from ..mock_agent_support import describe_event as describe
 from ..mock_agent_support import result as http_result
 
@@ -104,11 +105,15 @@ class Stream:
 
 @asynccontextmanager
 async def open_stream(
-    r: Running, method: str, params: dict[str, Any], headers: dict[str, str] = ALICE
+    session: aiohttp.ClientSession,
+    url: str,
+    method: str,
+    params: dict[str, Any],
+    headers: dict[str, str] = ALICE,
 ) -> AsyncIterator[Stream]:
     request_id = f"req-{uuid.uuid4().hex[:8]}"
     body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    async with r.session.post(r.url + "/", json=body, headers=headers) as response:
+    async with session.post(url + "/", json=body, headers=headers) as response:
         assert response.status == 200
         assert response.content_type == "text/event-stream", await response.text()
         yield Stream(response, request_id)
@@ -187,7 +192,9 @@ async def test_the_card_says_streaming(running: Running) -> None:
 async def test_a_stream_sends_the_task_then_every_update_in_order_and_closes_at_completed(
     running: Running,
 ) -> None:
-    async with open_stream(running, "SendStreamingMessage", {"message": message("report")}) as s:
+    async with open_stream(
+        running.session, running.url, "SendStreamingMessage", {"message": message("report")}
+    ) as s:
         results = await s.rest()
         assert s.response.headers["Cache-Control"] == "no-cache"
     assert [describe(r) for r in results] == [
@@ -214,7 +221,7 @@ async def test_the_stream_closes_at_input_required_and_a_follow_up_streams_the_r
     running: Running,
 ) -> None:
     params = {"message": message("book a boat"), "configuration": {"historyLength": 0}}
-    async with open_stream(running, "SendStreamingMessage", params) as s:
+    async with open_stream(running.session, running.url, "SendStreamingMessage", params) as s:
         first = await s.rest()
     assert [describe(r) for r in first] == [
         "task:TASK_STATE_SUBMITTED",
@@ -225,7 +232,7 @@ async def test_the_stream_closes_at_input_required_and_a_follow_up_streams_the_r
     task_id = first[0]["task"]["id"]
 
     follow_up = {"message": message("on Friday", taskId=task_id)}
-    async with open_stream(running, "SendStreamingMessage", follow_up) as s:
+    async with open_stream(running.session, running.url, "SendStreamingMessage", follow_up) as s:
         second = await s.rest()
     assert [describe(r) for r in second] == [
         "task:TASK_STATE_WORKING",
@@ -284,7 +291,7 @@ async def test_several_subscribers_each_get_every_event_from_the_moment_they_att
 ) -> None:
     async with serving(tmp_path, step_delay=0.15) as r:
         task_id = await start(r, "report")
-        async with open_stream(r, "SubscribeToTask", {"id": task_id}) as early:
+        async with open_stream(r.session, r.url, "SubscribeToTask", {"id": task_id}) as early:
             assert describe(await early.next() or {}) in (
                 "task:TASK_STATE_SUBMITTED",
                 "task:TASK_STATE_WORKING",
@@ -292,7 +299,7 @@ async def test_several_subscribers_each_get_every_event_from_the_moment_they_att
             # Wait until the first chunk is out, then attach a second subscriber.
             while describe(await early.next() or {}) != "artifact:report":
                 pass
-            async with open_stream(r, "SubscribeToTask", {"id": task_id}) as late:
+            async with open_stream(r.session, r.url, "SubscribeToTask", {"id": task_id}) as late:
                 late_results = await late.rest()
             early_results = await early.rest()
 
@@ -316,7 +323,7 @@ async def test_subscribing_to_a_task_waiting_for_input_follows_it_after_the_foll
 ) -> None:
     task_id = await start(running, "book a table")
     await wait_state(running, task_id, "TASK_STATE_INPUT_REQUIRED")
-    async with open_stream(running, "SubscribeToTask", {"id": task_id}) as s:
+    async with open_stream(running.session, running.url, "SubscribeToTask", {"id": task_id}) as s:
         assert describe(await s.next() or {}) == "task:TASK_STATE_INPUT_REQUIRED"
         params = {"message": message("Monday", taskId=task_id)}
         await http_result(running.session, running.url, "SendMessage", params)
@@ -338,14 +345,18 @@ async def test_v03_clients_stream_v03_events_with_final_set_where_the_stream_end
         "role": "user",
         "parts": [{"kind": "text", "text": "book a car"}],
     }
-    async with open_stream(running, "message/stream", {"message": v03_message}, ALICE_V03) as s:
+    async with open_stream(
+        running.session, running.url, "message/stream", {"message": v03_message}, ALICE_V03
+    ) as s:
         first = await s.rest()
     assert [r["kind"] for r in first] == ["task", "status-update", "status-update"]
     assert [r["status"]["state"] for r in first] == ["submitted", "working", "input-required"]
     assert [r.get("final") for r in first] == [None, False, True]
     task_id = first[0]["id"]
 
-    async with open_stream(running, "tasks/resubscribe", {"id": task_id}, ALICE_V03) as s:
+    async with open_stream(
+        running.session, running.url, "tasks/resubscribe", {"id": task_id}, ALICE_V03
+    ) as s:
         assert (await s.next() or {})["status"]["state"] == "input-required"
         follow_up = {**v03_message, "messageId": str(uuid.uuid4()), "taskId": task_id}
         follow_up["parts"] = [{"kind": "text", "text": "Tuesday"}]
@@ -359,13 +370,57 @@ async def test_v03_clients_stream_v03_events_with_final_set_where_the_stream_end
     assert rest[-1]["status"]["state"] == "completed"
 
 
+async def test_a_task_canceled_while_streamed_ends_its_stream_canceled(
+    running: Running,
+) -> None:
+    async with open_stream(
+        running.session, running.url, "SendStreamingMessage", {"message": message("echo me")}
+    ) as s:
+        task_id = (await s.next() or {})["task"]["id"]
+        canceled = await http_result(running.session, running.url, "CancelTask", {"id": task_id})
+        assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+        results = await s.rest()
+    assert describe(results[-1]) == "status:TASK_STATE_CANCELED"
+    assert {describe(x) for x in results[1:-1]} <= {"status:TASK_STATE_WORKING"}
+
+
+async def test_in_gateway_mode_the_stream_and_the_gateways_webhooks_agree(
+    tmp_path: Path, sink: WebhookSink
+) -> None:
+    settings = gateway_settings(str(tmp_path / "gateway.db"))
+    async with (
+        running_gateway(settings) as (gateway_url, _gateway),
+        running_agent(tmp_path, gateway_url) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        params = {
+            "message": message("roll 2d6"),
+            "configuration": {"taskPushNotificationConfig": {"url": sink.url("/gw")}},
+        }
+        async with open_stream(session, url, "SendStreamingMessage", params) as s:
+            streamed = await s.rest()
+        await sink.wait_for(len(streamed), path="/gw")
+    stories = [describe(x) for x in streamed]
+    assert stories == [
+        "task:TASK_STATE_SUBMITTED",
+        "status:TASK_STATE_WORKING",
+        "artifact:dice-result",
+        "status:TASK_STATE_COMPLETED",
+    ]
+    hooks = [json.loads(h.body) for h in sink.on("/gw")]
+    assert [describe(h) for h in hooks] == stories
+    assert hooks[1:] == streamed[1:]
+
+
 # ---- clients that go away, slow clients, shutdown ------------------------------------------
 
 
 async def test_a_client_that_goes_away_is_forgotten_and_the_task_runs_on(
     running: Running,
 ) -> None:
-    async with open_stream(running, "SendStreamingMessage", {"message": message("report")}) as s:
+    async with open_stream(
+        running.session, running.url, "SendStreamingMessage", {"message": message("report")}
+    ) as s:
         task_id = (await s.next() or {})["task"]["id"]
         record = next(x for x in running.agent.tasks.records() if x.task.id == task_id)
         assert len(record.subscribers) == 1
@@ -382,7 +437,7 @@ async def test_an_idle_stream_whose_client_went_away_is_noticed_by_its_keepalive
         task_id = await start(r, "login")
         await wait_state(r, task_id, "TASK_STATE_AUTH_REQUIRED")
         record = next(x for x in r.agent.tasks.records() if x.task.id == task_id)
-        async with open_stream(r, "SubscribeToTask", {"id": task_id}) as s:
+        async with open_stream(r.session, r.url, "SubscribeToTask", {"id": task_id}) as s:
             assert describe(await s.next() or {}) == "task:TASK_STATE_AUTH_REQUIRED"
             await s.keepalive()  # ": keep-alive" comments while nothing happens
             await s.keepalive()
@@ -417,7 +472,7 @@ async def test_stopping_the_agent_ends_its_open_streams(tmp_path: Path) -> None:
     async with serving(tmp_path) as r:
         task_id = await start(r, "book a bike")
         await wait_state(r, task_id, "TASK_STATE_INPUT_REQUIRED")
-        async with open_stream(r, "SubscribeToTask", {"id": task_id}) as s:
+        async with open_stream(r.session, r.url, "SubscribeToTask", {"id": task_id}) as s:
             await s.next()
             began = time.monotonic()
             await r.server.close()  # would wait for the open handler otherwise
@@ -452,7 +507,7 @@ async def test_one_task_followed_by_polling_by_stream_and_by_webhook_tells_one_s
                 await asyncio.sleep(0.01)
 
         poller = asyncio.create_task(poll())
-        async with open_stream(r, "SendStreamingMessage", params) as s:
+        async with open_stream(r.session, r.url, "SendStreamingMessage", params) as s:
             task_id = (await s.next() or {})["task"]["id"]
             started.set()
             streamed = await s.rest()
