@@ -1,12 +1,16 @@
 """B8's stream clients: N tasks on the mock agent, from their own process (own core, own GIL).
 
     python -m benchmarks.streamers --url URL --hook URL --tasks N [--mode stream|send]
-                                   [--text report] [--concurrency 50] [--max-seconds 60]
+                                   [--text report] [--concurrency 50] [--spread 0]
+                                   [--max-seconds 60]
 
 ``--mode stream``: each task is started by ``SendStreamingMessage`` (with an inline push
 config to ``--hook``) and its stream read to the end. ``--mode send``: the same tasks by
 ``SendMessage`` with ``returnImmediately`` (push only, no stream). At most
-``--concurrency`` requests are being opened at a time. Two lines of JSON on stdout:
+``--concurrency`` requests are being opened at a time; with ``--spread S`` task i is
+started no sooner than i * S / N seconds in (tasks that step together send their
+events in bursts; spread over one step, they send them steadily). Two lines of JSON on
+stdout:
 ``{"open": N, "seconds": S}`` once every task has its stream's first event (or its
 ``SendMessage`` answer), then the result: ``events`` (stream events read, the first Task
 of each included), ``first`` / ``last`` (``time.time()`` of the first and last event),
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -71,6 +76,7 @@ async def one(
     args: argparse.Namespace,
     tally: Tally,
     gate: asyncio.Semaphore,
+    delay: float,
 ) -> None:
     headers = {"A2A-Version": "1.0"}
     opened = False
@@ -84,6 +90,7 @@ async def one(
             if tally.opened == args.tasks:
                 tally.all_open.set()
 
+    await asyncio.sleep(delay)
     await gate.acquire()
     try:
         body = request_body(args.mode, args.text, args.hook)
@@ -119,7 +126,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     stopped = False
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        runs = [asyncio.create_task(one(session, args, tally, gate)) for _ in range(args.tasks)]
+        runs = [
+            asyncio.create_task(one(session, args, tally, gate, i * args.spread / args.tasks))
+            for i in range(args.tasks)
+        ]
 
         async def report_open() -> None:
             await tally.all_open.wait()
@@ -150,6 +160,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "errors": len(tally.errors),
         "error_samples": tally.errors[:3],
         "stopped": stopped,
+        "cpu_seconds": sum(os.times()[:2]),
+        "wall_seconds": time.monotonic() - started,
     }
 
 
@@ -161,6 +173,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("stream", "send"), default="stream")
     parser.add_argument("--text", default="report")
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--spread", type=float, default=0.0)
     parser.add_argument("--max-seconds", type=float, default=60.0)
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
