@@ -1,4 +1,4 @@
-"""a2a-push benchmarks B1-B7, each with its target (each module says how it measures):
+"""a2a-push benchmarks B1-B8, each with its target (each module says how it measures):
 
 - B1 (``b1_throughput``): end-to-end signed (ES256) and durable (SQLite) deliveries/s to
   a local sink: at least 5x the official a2a-sdk ``BasePushNotificationSender`` and at
@@ -16,6 +16,9 @@
 - B7 (``b7_console``): the console's filtered deliveries page (50 of 1,000,000 deliveries
   with 3,000,000 attempts) while B2's load runs: p99 at most 100 ms on SQLite and on
   PostgreSQL.
+- B8 (``b8_streams``): 500 concurrent streams on the mock agent (SendStreamingMessage)
+  while the same tasks push webhooks: memory per open stream, stream events/s beside
+  webhooks/s, and B2's p99 with the streams open at most 1.5x its p99 without.
 
 ``python -m benchmarks`` runs them all; ``python -m benchmarks b2`` runs one. Numbers are
 printed, never asserted: no test depends on timing.

@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [b1 ... b7] [--quick] [--strict]``.
+"""Run the benchmarks: ``python -m benchmarks [b1 ... b8] [--quick] [--strict] [--streams N]``.
 
 Each benchmark runs in a child process of its own (so B4's RSS is B4's alone), under a
 hard time limit; the child starts its sink process and kills it when done. B4 compares
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ROOT, defaults_line, machine_line, revision_line, say, table
+from .common import MAX_STREAMS, ROOT, defaults_line, machine_line, revision_line, say, table
 
-NAMES = ("b1", "b2", "b3", "b4", "b5", "b6", "b7")
+NAMES = ("b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8")
 
 # Hard limits per child process, in seconds (the benchmarks stop well before these).
 LIMITS = {
@@ -37,6 +37,7 @@ LIMITS = {
     "b5": 300.0,
     "b6": 300.0,
     "b7": 600.0,
+    "b8": 300.0,
 }
 
 DESCRIPTIONS = {
@@ -47,10 +48,13 @@ DESCRIPTIONS = {
     "b5": "receiver: verified notifications/s, GetTask coalescing",
     "b6": "gateway on PostgreSQL, 1 and 2 workers, beside SQLite",
     "b7": "console: filtered page of 50 of 1M deliveries, under load",
+    "b8": "mock agent: 500 streams + their webhooks beside B2's load",
 }
 
 
-async def _child(name: str, quick: bool, b1_rate: float | None) -> dict[str, Any]:
+async def _child(
+    name: str, quick: bool, b1_rate: float | None, streams: int | None = None
+) -> dict[str, Any]:
     if name == "b1":
         from . import b1_throughput
 
@@ -79,10 +83,19 @@ async def _child(name: str, quick: bool, b1_rate: float | None) -> dict[str, Any
         from . import b7_console
 
         return await b7_console.run()
+    if name == "b8":
+        from . import b8_streams
+
+        params = b8_streams.B8Params()
+        if streams is not None:
+            params.streams = streams
+        return await b8_streams.run(params)
     raise SystemExit(f"unknown benchmark {name!r}")
 
 
-def _run_child(name: str, *, quick: bool = False, b1_rate: float | None = None) -> dict[str, Any]:
+def _run_child(
+    name: str, *, quick: bool = False, b1_rate: float | None = None, streams: int | None = None
+) -> dict[str, Any]:
     """Run one benchmark in a child process (own session, killed as a group on timeout)."""
     limit = LIMITS["b1-quick" if quick and name == "b1" else name]
     with tempfile.TemporaryDirectory(prefix="a2a-push-bench-") as tmp:
@@ -92,6 +105,8 @@ def _run_child(name: str, *, quick: bool = False, b1_rate: float | None = None) 
             cmd.append("--quick")
         if b1_rate is not None:
             cmd += ["--b1-rate", repr(b1_rate)]
+        if streams is not None:
+            cmd += ["--streams", str(streams)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -134,13 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 if a target is missed (default: report)"
     )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        metavar="N",
+        help=f"B8 only: concurrent streams, 1 to {MAX_STREAMS:,} (default 500)",
+    )
     parser.add_argument("--child", choices=NAMES, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--b1-rate", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.streams is not None and not 1 <= args.streams <= MAX_STREAMS:
+        parser.error(f"--streams {args.streams}: give 1 to {MAX_STREAMS:,}")
     if args.child:
-        result = asyncio.run(_child(args.child, args.quick, args.b1_rate))
+        result = asyncio.run(_child(args.child, args.quick, args.b1_rate, args.streams))
         if args.result:
             Path(args.result).write_text(json.dumps(result))
         return 0
@@ -161,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             say("B4 compares with B1: running a short B1 (a2a-push defaults only) first")
             results["b1"] = _run_child("b1", quick=True)
         b1_rate = results.get("b1", {}).get("ours") if name == "b4" else None
-        results[name] = _run_child(name, quick=args.quick and name == "b1", b1_rate=b1_rate)
+        results[name] = _run_child(
+            name,
+            quick=args.quick and name == "b1",
+            b1_rate=b1_rate,
+            streams=args.streams if name == "b8" else None,
+        )
     total = time.monotonic() - started
     _summary(names, results, total)
     if any("error" in results.get(n, {"error": "not run"}) for n in names):

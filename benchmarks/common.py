@@ -34,6 +34,9 @@ from .lifetime import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
+MAX_STREAMS = 5000
+"""B8's bound on its concurrent streams (``--streams``)."""
+
 
 # ---- output ----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from a2a_push.errors import A2APushError, StoreUnavailableError
 from a2a_push.httputil import read_at_most
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE, HEADER_WEBHOOK_SIGNATURE
 from a2a_push.protocol.types import TaskState
-from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
+from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URIS
 from a2a_push.store import is_postgres_url
 
 from .agent_client import AgentCallError, AgentClient, shown_url
@@ -1066,12 +1066,14 @@ async def fetch_agent_card(session: aiohttp.ClientSession, origin: str) -> Any:
 
 
 def card_jwks_uri(card: object) -> str | None:
-    """The ``jwksUri`` of an agent card's push-signing extension; None for anything else
-    (also for a card that is not a JSON object, or has odd members)."""
+    """The ``jwksUri`` of an agent card's push-signing extension (its current URI or the
+    legacy one); None for anything else (also for a card that is not a JSON object, or
+    has odd members)."""
     capabilities = card.get("capabilities") if isinstance(card, dict) else None
     extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
     for ext in extensions if isinstance(extensions, list) else ():
-        if isinstance(ext, dict) and ext.get("uri") == PUSH_SIGNING_EXTENSION_URI:
+        name = ext.get("uri") if isinstance(ext, dict) else None
+        if isinstance(name, str) and name in PUSH_SIGNING_EXTENSION_URIS:
             params = ext.get("params")
             uri = params.get("jwksUri") if isinstance(params, dict) else None
             if isinstance(uri, str) and uri.startswith(("http://", "https://")):

@@ -39,18 +39,21 @@ def message(text: str, **fields: Any) -> dict[str, Any]:
     }
 
 
+def describe_event(event: dict[str, Any]) -> str:
+    """A v1.0 StreamResponse (a webhook's body, a stream's event) as 'task:STATE',
+    'status:STATE' or 'artifact:NAME'."""
+    [(kind, body)] = event.items()
+    if kind == "task":
+        return f"task:{body['status']['state']}"
+    if kind == "statusUpdate":
+        return f"status:{body['status']['state']}"
+    assert kind == "artifactUpdate", kind
+    return f"artifact:{body['artifact']['name']}"
+
+
 def kinds(webhooks: list[ReceivedWebhook]) -> list[str]:
     """Each webhook as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    out = []
-    for hook in webhooks:
-        body = json.loads(hook.body)
-        if "task" in body:
-            out.append(f"task:{body['task']['status']['state']}")
-        elif "statusUpdate" in body:
-            out.append(f"status:{body['statusUpdate']['status']['state']}")
-        else:
-            out.append(f"artifact:{body['artifactUpdate']['artifact']['name']}")
-    return out
+    return [describe_event(json.loads(hook.body)) for hook in webhooks]
 
 
 @asynccontextmanager

@@ -437,6 +437,8 @@ class Agent:
     base: str = ""
     card: Any = None
     """The agent card (any JSON); None: one naming ``/keys`` as the JWKS URL."""
+    extension_uri: str = PUSH_SIGNING_EXTENSION_URI
+    """The push-signing extension's URI in the default card."""
     card_raw: bytes | None = None
     create_gate: asyncio.Event | None = None
     """When set, CreateTaskPushNotificationConfig answers only once this event is set."""
@@ -457,7 +459,7 @@ class Agent:
             if self.card_raw is not None:
                 return web.Response(body=self.card_raw, content_type="application/json")
             extension = {
-                "uri": PUSH_SIGNING_EXTENSION_URI,
+                "uri": self.extension_uri,
                 "params": {"jwksUri": self.base + "/keys"},
             }
             default = {"name": "agent", "capabilities": {"extensions": [extension]}}

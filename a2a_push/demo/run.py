@@ -34,7 +34,6 @@ import logging
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -47,11 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from a2a_push.delivery.dispatcher import WEBHOOK_OUTCOME
 from a2a_push.delivery.retry import RetryPolicy
-from a2a_push.mock_agent import AGENT, create_app
+from a2a_push.mock_agent import AGENT, serving
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import (
     HEADER_A2A_VERSION,
@@ -328,23 +326,12 @@ async def _run(
     """Agent and sink up, the JWKS fetched, then the four flows one after another."""
     sink = DemoSink(routes, clock=clock, out=out, style=style)
     await sink.start()
-    # Bind first, so the agent knows its own URL (the JWT issuer) before it starts.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    runner: web.AppRunner | None = None
     try:
-        sock.bind(("127.0.0.1", 0))
-        agent_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        app = create_app(
-            data_dir=tmp / "agent",
-            allow_webhook_hosts=["127.0.0.1"],
-            public_url=agent_url,
-            step_delay=STEP_DELAY,
-        )
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        # The agent knows its own URL (the JWT issuer) before it starts.
+        async with (
+            serving(tmp / "agent", step_delay=STEP_DELAY) as (agent_url, app),
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+        ):
             async with session.get(agent_url + JWKS_PATH) as response:
                 response.raise_for_status()
                 sink.jwks = await response.json()
@@ -360,9 +347,6 @@ async def _run(
                     problems.append(str(exc))
                     out(style.bad(f"  ✗ {exc}"))
     finally:
-        if runner is not None:
-            await runner.cleanup()  # the agent's notifier stops with it
-        sock.close()
         await sink.stop()
 
 

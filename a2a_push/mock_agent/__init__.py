@@ -3,9 +3,11 @@
     a2a-push mock-agent --port 9000 --allow-webhook-host 127.0.0.1
     python -m a2a_push.mock_agent --port 9000 --allow-webhook-host 127.0.0.1 --log-level INFO
 
-Serves JSON-RPC at ``/`` (``SendMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``
-and the four push-config methods; the v0.3 names ``message/send``, ``tasks/get``,
-``tasks/cancel`` and ``tasks/pushNotificationConfig/*`` with v0.3 shapes), the REST
+Serves JSON-RPC at ``/`` (``SendMessage``, ``GetTask``, ``CancelTask``, ``ListTasks``,
+the four push-config methods, and ``SendStreamingMessage`` and ``SubscribeToTask`` as
+Server-Sent Events; the v0.3 names ``message/send``, ``message/stream``, ``tasks/get``,
+``tasks/cancel``, ``tasks/resubscribe`` and ``tasks/pushNotificationConfig/*`` with
+v0.3 shapes), the REST
 push-config routes, the agent card at ``/.well-known/agent-card.json``, the JWKS at
 ``/.well-known/jwks.json`` and Prometheus metrics at ``/metrics``.
 
@@ -21,13 +23,24 @@ Skills, chosen by the first word of the message's text:
 
 Every step pauses ``step_delay`` seconds (0.5 by default) so a client can watch or cancel.
 Every task change goes through ``notifier.publish``: webhooks are durable, signed,
-retried and ordered. Tasks live in memory, scoped to the caller (the same owner resolver
-the push-config methods use: a digest of the ``Authorization`` header).
+retried and ordered; and to each open stream of the task (docs/mock-agent.md). Tasks
+live in memory, scoped to the caller (the same owner resolver the push-config methods
+use: a digest of the ``Authorization`` header).
 """
 
 from .agent import GatewayPushConfigs, MockAgent
-from .app import AGENT, AGENT_NAME, DEFAULT_HOST, DEFAULT_PORT, agent_card, create_app, serve
+from .app import (
+    AGENT,
+    AGENT_NAME,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    agent_card,
+    create_app,
+    serve,
+    serving,
+)
 from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
+from .streams import KEEPALIVE_SECONDS, STREAM_QUEUE_LIMIT
 from .tasks import MAX_MESSAGE_DEPTH, TaskRecord, TaskStore
 
 __all__ = [
@@ -36,8 +49,10 @@ __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_STEP_DELAY",
+    "KEEPALIVE_SECONDS",
     "MAX_MESSAGE_DEPTH",
     "SKILLS",
+    "STREAM_QUEUE_LIMIT",
     "GatewayLink",
     "GatewayPushConfigs",
     "MockAgent",
@@ -46,4 +61,5 @@ __all__ = [
     "agent_card",
     "create_app",
     "serve",
+    "serving",
 ]

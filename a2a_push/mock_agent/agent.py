@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -25,6 +26,7 @@ from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import CREATE, V03_SET, task_id_of
 
 from .flows import DEFAULT_STEP_DELAY, GatewayHandoffError, GatewayLink, TaskFlows, skill_of
+from .streams import Subscriber, ends_stream, render_result
 from .tasks import (
     TaskRecord,
     configuration_of,
@@ -48,13 +50,29 @@ SEND_MESSAGE: Final = "SendMessage"
 GET_TASK: Final = "GetTask"
 CANCEL_TASK: Final = "CancelTask"
 LIST_TASKS: Final = "ListTasks"
+SEND_STREAMING_MESSAGE: Final = "SendStreamingMessage"
+SUBSCRIBE_TO_TASK: Final = "SubscribeToTask"
 V03_SEND: Final = "message/send"
 V03_GET: Final = "tasks/get"
 V03_CANCEL: Final = "tasks/cancel"
-_V10_NAMES: Final = frozenset({SEND_MESSAGE, GET_TASK, CANCEL_TASK, LIST_TASKS})
-_STREAMING: Final = frozenset(
-    {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"}
+V03_STREAM: Final = "message/stream"
+V03_RESUBSCRIBE: Final = "tasks/resubscribe"
+_V10_NAMES: Final = frozenset(
+    {SEND_MESSAGE, GET_TASK, CANCEL_TASK, LIST_TASKS, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK}
 )
+
+
+@dataclass(eq=False)
+class TaskStream:
+    """One open stream: its first event (the task as it was when the stream opened,
+    rendered), then what ``subscriber`` queues, rendered for ``version``."""
+
+    first: bytes
+    subscriber: Subscriber
+    version: str
+
+    def close(self) -> None:
+        self.subscriber.close()
 
 
 class MockAgent(TaskFlows):
@@ -79,6 +97,14 @@ class MockAgent(TaskFlows):
             CANCEL_TASK: self._cancel_v10,
             V03_CANCEL: self._cancel_v03,
             LIST_TASKS: self._list_tasks,
+        }
+        self._stream_methods: dict[
+            str, Callable[[Mapping[str, Any], str], Awaitable[TaskStream]]
+        ] = {
+            SEND_STREAMING_MESSAGE: self._stream_v10,
+            V03_STREAM: self._stream_v03,
+            SUBSCRIBE_TO_TASK: self._subscribe_v10,
+            V03_RESUBSCRIBE: self._subscribe_v03,
         }
 
     # ---- dispatch -----------------------------------------------------------------------
@@ -105,20 +131,26 @@ class MockAgent(TaskFlows):
             return await self.service.handle(method, params, version=version, owner=owner)
         handler = self._methods.get(method)
         if handler is None:
-            if method in _STREAMING:
+            if method in self._stream_methods:
                 raise A2AError.unsupported_operation(
-                    "streaming is not supported by this agent (capabilities.streaming is "
-                    "false); use SendMessage with push notifications"
+                    f"{method} answers with a stream of events (text/event-stream); call it "
+                    "over HTTP at the agent's JSON-RPC URL"
                 )
             raise A2AError.method_not_found(method)
-        if params is None:
-            params = {}
-        if not isinstance(params, Mapping):
-            raise A2AError.invalid_params("params must be a JSON object", "params")
-        return await handler(params, owner)
+        return await handler(_params_object(params), owner)
+
+    def is_streaming(self, method: str) -> bool:
+        """Whether ``method`` answers with a stream (``open_stream``) rather than a result."""
+        return method in self._stream_methods
+
+    async def open_stream(self, method: str, params: Any, *, owner: str) -> TaskStream:
+        """Open the stream of a streaming method, or raise its ``A2AError`` (before any
+        event is sent). v0.3 method names stream v0.3 shapes, as for the other methods."""
+        return await self._stream_methods[method](_params_object(params), owner)
 
     async def close(self) -> None:
-        """Stop every running skill (graceful shutdown)."""
+        """End every open stream and stop every running skill (graceful shutdown)."""
+        self.close_streams()
         runners = list(self._runners)
         for runner in runners:
             runner.cancel()
@@ -128,11 +160,7 @@ class MockAgent(TaskFlows):
     # ---- SendMessage ----------------------------------------------------------------------
 
     async def _send_v10(self, params: Mapping[str, Any], owner: str) -> Any:
-        raw = raw_message(params)
-        try:
-            message = Message.model_validate(raw)
-        except ValidationError as exc:
-            raise A2AError.from_validation_error(exc, prefix="message") from None
+        message = _message_v10(params)
         configuration = configuration_of(params)
         wait = not flag(
             configuration, "returnImmediately", "return_immediately", False, "configuration."
@@ -144,11 +172,7 @@ class MockAgent(TaskFlows):
         return {"task": shaped(record.task, length).to_json_dict()}
 
     async def _send_v03(self, params: Mapping[str, Any], owner: str) -> Any:
-        raw = raw_message(params)
-        try:
-            message = message_from_v03(raw)
-        except V03FormatError as exc:
-            raise A2AError.invalid_params(str(exc), "message") from None
+        message = _message_v03(params)
         configuration = configuration_of(params)
         # v0.3 `blocking`: the opposite of returnImmediately; unset waits, as v0.3 servers did.
         wait = flag(configuration, "blocking", "blocking", True, "configuration.")
@@ -235,6 +259,57 @@ class MockAgent(TaskFlows):
         """Wait until the task is in a terminal or interrupted state."""
         while not (record.state.is_terminal or record.state.is_interrupted):
             await record.changed.wait()
+
+    # ---- SendStreamingMessage / SubscribeToTask -------------------------------------------
+
+    async def _stream_v10(self, params: Mapping[str, Any], owner: str) -> TaskStream:
+        return await self._stream_send(_message_v10(params), params, owner, VERSION_1_0)
+
+    async def _stream_v03(self, params: Mapping[str, Any], owner: str) -> TaskStream:
+        return await self._stream_send(_message_v03(params), params, owner, VERSION_0_3)
+
+    async def _stream_send(
+        self, message: Message, params: Mapping[str, Any], owner: str, version: str
+    ) -> TaskStream:
+        """SendMessage, then follow the task: the Task first, then every update until a
+        terminal or interrupted state (spec §3.1.2, §11.7). ``returnImmediately`` /
+        ``blocking`` do not apply to a stream."""
+        configuration = configuration_of(params)
+        length = history_length_of(configuration, "configuration.historyLength")
+        record = await self._send(message, configuration, owner, version)
+        return await self._follow(record, length, version)
+
+    async def _subscribe_v10(self, params: Mapping[str, Any], owner: str) -> TaskStream:
+        return await self._subscribe(params, owner, VERSION_1_0)
+
+    async def _subscribe_v03(self, params: Mapping[str, Any], owner: str) -> TaskStream:
+        return await self._subscribe(params, owner, VERSION_0_3)
+
+    async def _subscribe(self, params: Mapping[str, Any], owner: str, version: str) -> TaskStream:
+        """The task as it is now, then every update until it reaches a terminal or
+        interrupted state; a task already terminal has nothing more to stream (spec
+        §3.1.6, §9.4.6: UnsupportedOperationError)."""
+        record = self._record(params, owner)
+        self._check_not_terminal(record)
+        stream = await self._follow(record, history_length_of(params, "historyLength"), version)
+        if record.state.is_terminal:  # it ended while the stream was being opened
+            stream.close()
+            self._check_not_terminal(record)
+        return stream
+
+    def _check_not_terminal(self, record: TaskRecord) -> None:
+        if record.state.is_terminal:
+            raise A2AError.unsupported_operation(
+                f"task {record.task.id} is {state_name(record.state)}: a task in a terminal "
+                "state has no more events to stream; read it with GetTask"
+            )
+
+    async def _follow(self, record: TaskRecord, length: int | None, version: str) -> TaskStream:
+        task, subscriber = await self.follow(record)
+        if ends_stream(task):
+            subscriber.close()  # the Task is all there is to send
+        first = render_result(shaped(task, length), version)
+        return TaskStream(first=first, subscriber=subscriber, version=version)
 
     # ---- GetTask / CancelTask / ListTasks -------------------------------------------------
 
@@ -350,6 +425,28 @@ class MockAgent(TaskFlows):
             return
         params = config.model_copy(update={"task_id": task.id}).to_json_dict()
         await self.gateway.call(CREATE, params, owner=owner, version=VERSION_1_0)
+
+
+def _params_object(params: Any) -> Mapping[str, Any]:
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise A2AError.invalid_params("params must be a JSON object", "params")
+    return params
+
+
+def _message_v10(params: Mapping[str, Any]) -> Message:
+    try:
+        return Message.model_validate(raw_message(params))
+    except ValidationError as exc:
+        raise A2AError.from_validation_error(exc, prefix="message") from None
+
+
+def _message_v03(params: Mapping[str, Any]) -> Message:
+    try:
+        return message_from_v03(raw_message(params))
+    except V03FormatError as exc:
+        raise A2AError.invalid_params(str(exc), "message") from None
 
 
 class GatewayPushConfigs(PushConfigService):

@@ -4,7 +4,9 @@ JWKS, metrics), and ``serve`` to run it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import json
 import logging
 import os
 import socket
@@ -35,8 +37,9 @@ from a2a_push.server.app import JSON_MEDIA_TYPES
 from a2a_push.signing import KeySet
 from a2a_push.store import SQLiteStore
 
-from .agent import GatewayPushConfigs, MockAgent
+from .agent import GatewayPushConfigs, MockAgent, TaskStream
 from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
+from .streams import KEEPALIVE_SECONDS
 
 log = logging.getLogger("a2a_push.mock_agent")
 
@@ -75,7 +78,7 @@ def agent_card(public_url: str, jwks_uri: str | None = None) -> dict[str, Any]:
         "url": endpoint,
         "preferredTransport": "JSONRPC",
         "protocolVersion": "0.3.0",
-        "capabilities": {"streaming": False, "pushNotifications": True},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [dict(skill) for skill in SKILLS],
@@ -95,6 +98,7 @@ def create_app(
     retry_schedule: Sequence[float] | None = None,
     gateway_url: str | None = None,
     gateway_key: str | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
 ) -> web.Application:
     """The mock agent as an aiohttp application (the notifier starts and stops with it).
 
@@ -106,7 +110,8 @@ def create_app(
     short one suits demos and tests, and then an unreachable endpoint's breaker also
     cools down for only its first delay. ``gateway_url`` / ``gateway_key``: post every
     event to an a2a-push gateway and let it keep the push configs and send the webhooks,
-    instead of the embedded notifier.
+    instead of the embedded notifier. ``keepalive``: seconds between the SSE comments an
+    idle stream sends (a client that went away is noticed by the next one).
     """
     if (gateway_url is None) != (gateway_key is None):
         raise ValueError("gateway mode needs both the gateway URL and the agent's API key")
@@ -162,6 +167,12 @@ def create_app(
         try:
             version = agent.version_for(request.headers.get(HEADER_A2A_VERSION), rpc.method)
             owner = await agent.service.resolve_owner(request.headers)
+            if agent.is_streaming(rpc.method):
+                stream = await agent.open_stream(rpc.method, rpc.params, owner=owner)
+                if rpc.is_notification:  # nobody to stream to: the task runs on
+                    stream.close()
+                    return web.Response(status=204)
+                return await send_events(request, rpc.id, stream, keepalive)
             result = await agent.call(rpc.method, rpc.params, owner=owner, version=version)
         except A2AError as err:
             response = failure(rpc.id, err)
@@ -189,8 +200,13 @@ def create_app(
             if scratch is not None:
                 scratch.cleanup()
 
+    async def end_streams(app: web.Application) -> None:
+        # Before aiohttp waits for the handlers to finish: the open streams end now.
+        agent.close_streams()
+
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[AGENT] = agent
+    app.on_shutdown.append(end_streams)
     app.router.add_post("/", jsonrpc)
     app.router.add_get("/.well-known/agent-card.json", card_route)
     # REST push configs (through the gateway in gateway mode, like JSON-RPC) and the JWKS.
@@ -204,6 +220,72 @@ def create_app(
     add_metrics_route(app, notifier.metrics, "/metrics", before_scrape=notifier.refresh_metrics)
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    data_dir: Path | None,
+    *,
+    allow_webhook_hosts: Sequence[str] = ("127.0.0.1",),
+    **options: Any,
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """The mock agent served on a free port of 127.0.0.1 until the block ends: (its base
+    URL, the application). The port is bound first, so that the card and the JWT issuer
+    name it. ``options``: the rest of ``create_app``'s (``step_delay``, ...). For the
+    demo, tests and benchmarks."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    runner: web.AppRunner | None = None
+    try:
+        sock.bind((DEFAULT_HOST, 0))
+        url = f"http://{DEFAULT_HOST}:{sock.getsockname()[1]}"
+        app = create_app(
+            data_dir=data_dir, allow_webhook_hosts=allow_webhook_hosts, public_url=url, **options
+        )
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+        await runner.setup()
+        await web.SockSite(runner, sock, backlog=2048).start()
+        yield url, app
+    finally:
+        if runner is not None:
+            await runner.cleanup()  # the agent's notifier stops with it
+        sock.close()
+
+
+SSE_HEADERS: Final = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # proxies pass each event on at once
+}
+SSE_KEEPALIVE: Final = b": keep-alive\n\n"
+
+
+async def send_events(
+    request: web.Request, request_id: str | int | None, stream: TaskStream, keepalive: float
+) -> web.StreamResponse:
+    """Send ``stream`` as Server-Sent Events, one JSON-RPC response per event
+    (``data: {"jsonrpc": "2.0", "id": ..., "result": ...}``, spec §9.4.2), until the
+    stream ends; a client that goes away ends it too (its next write fails)."""
+    prefix = b'data: {"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":'
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    subscriber = stream.subscriber
+    try:
+        await response.prepare(request)
+        await response.write(prefix + stream.first + b"}\n\n")
+        while True:
+            try:
+                item = await subscriber.get(keepalive)
+            except TimeoutError:
+                await response.write(SSE_KEEPALIVE)
+                continue
+            if item is None:
+                break
+            await response.write(prefix + item.result(stream.version) + b"}\n\n")
+        await response.write_eof()
+    except ConnectionError:
+        log.debug("a stream's client went away")
+    finally:
+        stream.close()
+    return response
 
 
 def serve(

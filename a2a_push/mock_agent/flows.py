@@ -31,6 +31,7 @@ from a2a_push.protocol.types import (
     utc_timestamp,
 )
 
+from .streams import STREAM_QUEUE_LIMIT, StreamItem, Subscriber, TaskUpdate
 from .tasks import TaskRecord, TaskStore, text_of
 
 log = logging.getLogger("a2a_push.mock_agent")
@@ -215,6 +216,7 @@ class TaskFlows:
         self.gateway = gateway
         self.step_delay = step_delay
         self.tasks = TaskStore()
+        self.stream_queue_limit = STREAM_QUEUE_LIMIT
         self._runners: set[asyncio.Task[None]] = set()
 
     async def _publish(
@@ -247,7 +249,7 @@ class TaskFlows:
         try:
             await self._publish(record.task, event)
         finally:
-            self._changed(record)  # the task changed here even when the publish failed
+            self._changed(record, event)  # the task changed here even when the publish failed
 
     def _set_status(
         self, record: TaskRecord, state: TaskState, message: Message | None = None
@@ -266,7 +268,7 @@ class TaskFlows:
         """Fail a task whose event the gateway did not take, here only (the caller holds
         ``record.lock``; waiters wake at once); the event to hand over later."""
         event = self._set_status(record, TaskState.FAILED, self._say(record, GATEWAY_FAILURE))
-        self._changed(record)
+        self._changed(record, event)
         return event
 
     async def _tell_gateway(self, task_id: str, event: TaskStatusUpdateEvent) -> None:
@@ -303,22 +305,43 @@ class TaskFlows:
             else:
                 artifacts[existing] = artifact
             record.task = record.task.model_copy(update={"artifacts": artifacts})
-            await self._publish(
-                record.task,
-                TaskArtifactUpdateEvent(
-                    task_id=record.task.id,
-                    context_id=record.task.context_id or "",
-                    artifact=artifact,
-                    append=True if append else None,
-                    last_chunk=True if last else None,
-                ),
+            event = TaskArtifactUpdateEvent(
+                task_id=record.task.id,
+                context_id=record.task.context_id or "",
+                artifact=artifact,
+                append=True if append else None,
+                last_chunk=True if last else None,
             )
-            self._changed(record)
+            try:
+                await self._publish(record.task, event)
+            finally:
+                self._changed(record, event)
 
-    def _changed(self, record: TaskRecord) -> None:
+    def _changed(self, record: TaskRecord, event: TaskUpdate) -> None:
+        """The task changed (the caller holds ``record.lock``): wake the waiters, and
+        offer ``event`` to its streams (never waiting for one)."""
         self.tasks.touch(record)
         woken, record.changed = record.changed, asyncio.Event()
         woken.set()
+        if record.subscribers:
+            item = StreamItem(event)
+            for subscriber in list(record.subscribers):
+                subscriber.offer(item)
+
+    async def follow(self, record: TaskRecord) -> tuple[Task, Subscriber]:
+        """The task as it is now and a subscriber to every change after it.
+
+        Taken under the task's lock, where every change is made and offered: nothing
+        falls between the snapshot and the first update, and nothing is in both."""
+        async with record.lock:
+            subscriber = Subscriber(record.subscribers, self.stream_queue_limit)
+            return record.task, subscriber
+
+    def close_streams(self) -> None:
+        """End every open stream (the agent is stopping)."""
+        for record in self.tasks.records():
+            for subscriber in list(record.subscribers):
+                subscriber.close()
 
     def _say(self, record: TaskRecord, text: str) -> Message:
         return Message(

@@ -18,6 +18,8 @@ from a2a_push.protocol.types import (
     TaskState,
 )
 
+from .streams import Subscriber
+
 # How deeply a message may nest objects and arrays (its metadata, data parts, ...). The
 # task around it adds a few levels and the serialiser gives up near 255: a message
 # nested deeper is refused before any task exists.
@@ -43,6 +45,8 @@ class TaskRecord:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    # The open streams of the task (SendStreamingMessage, SubscribeToTask).
+    subscribers: set[Subscriber] = field(default_factory=set)
 
     @property
     def state(self) -> TaskState:
@@ -73,6 +77,10 @@ class TaskStore:
         """The ``task_lookup`` of the push-config service."""
         record = self.get(task_id, owner)
         return None if record is None else record.task
+
+    def records(self) -> list[TaskRecord]:
+        """Every task, whoever owns it (for shutdown)."""
+        return list(self._records.values())
 
     def visible(self, owner: str) -> list[TaskRecord]:
         """The owner's tasks, most recently updated first."""

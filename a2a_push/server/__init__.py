@@ -4,7 +4,12 @@ service = PushConfigService(notifier, task_lookup=my_tasks.lookup)
 mount(app, service)            # POST /, /tasks/{taskId}/pushNotificationConfigs..., JWKS
 """
 
-from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI, agent_card_push_fields, mount
+from a2a_push.server.app import (
+    PUSH_SIGNING_EXTENSION_URI,
+    PUSH_SIGNING_EXTENSION_URIS,
+    agent_card_push_fields,
+    mount,
+)
 from a2a_push.server.inline import parse_inline_config, register_inline_config
 from a2a_push.server.push_config import (
     OwnerResolver,
@@ -16,6 +21,7 @@ from a2a_push.server.push_config import (
 
 __all__ = [
     "PUSH_SIGNING_EXTENSION_URI",
+    "PUSH_SIGNING_EXTENSION_URIS",
     "OwnerResolver",
     "PushConfigService",
     "TaskLookup",

@@ -60,14 +60,26 @@ from .schemas import ConfigList, JsonRpcRequest, JsonRpcResponse, Jwks, RestErro
 __all__ = [
     "JSON_MEDIA_TYPES",
     "PUSH_SIGNING_EXTENSION_URI",
+    "PUSH_SIGNING_EXTENSION_URIS",
     "agent_card_push_fields",
     "mount",
 ]
 
 log = logging.getLogger("a2a_push.server")
 
-PUSH_SIGNING_EXTENSION_URI: Final = "https://a2a-push.dev/extensions/push-signing/v1"
-"""Agent-card extension declaring that webhooks are signed JWTs verifiable with ``jwksUri``."""
+PUSH_SIGNING_EXTENSION_URI: Final = "urn:a2a-push:ext:push-signing:v1"
+"""Agent-card extension declaring that webhooks are signed JWTs verifiable with ``jwksUri``.
+
+A name, not a link: nothing is fetched from it (spec §4.6.3: versioned in the URI)."""
+
+LEGACY_PUSH_SIGNING_EXTENSION_URI: Final = "https://a2a-push.dev/extensions/push-signing/v1"
+"""What earlier releases called the same extension, under a domain the project does not
+control: still read from agent cards, never written."""
+
+PUSH_SIGNING_EXTENSION_URIS: Final = frozenset(
+    {PUSH_SIGNING_EXTENSION_URI, LEGACY_PUSH_SIGNING_EXTENSION_URI}
+)
+"""Every name of the push-signing extension a receiver accepts."""
 
 JSON_MEDIA_TYPES: Final = frozenset({"application/json", A2A_MEDIA_TYPE})
 
@@ -337,7 +349,8 @@ def jwks_operation(cache_control: str) -> Operation:
 def agent_card_push_fields(card: dict[str, Any], jwks_uri: str) -> dict[str, Any]:
     """A copy of the agent card with ``capabilities.pushNotifications = true`` and the
     push-signing extension (``PUSH_SIGNING_EXTENSION_URI``, params ``{"jwksUri"}``)
-    in ``capabilities.extensions``, replacing an earlier entry with that URI."""
+    in ``capabilities.extensions``, replacing an earlier entry with that URI (or the
+    extension's legacy URI)."""
     out = copy.deepcopy(card)
     capabilities = out.get("capabilities")
     if not isinstance(capabilities, dict):
@@ -349,7 +362,7 @@ def agent_card_push_fields(card: dict[str, Any], jwks_uri: str) -> dict[str, Any
     extensions = [
         e
         for e in extensions
-        if not (isinstance(e, dict) and e.get("uri") == PUSH_SIGNING_EXTENSION_URI)
+        if not (isinstance(e, dict) and str(e.get("uri")) in PUSH_SIGNING_EXTENSION_URIS)
     ]
     extensions.append(
         {

@@ -37,6 +37,7 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
     utc_timestamp,
 )
+from a2a_push.server.app import LEGACY_PUSH_SIGNING_EXTENSION_URI
 from a2a_push.signing import KeySet, WebhookSigner
 from a2a_push.store import Delivery, DeliveryState, SQLiteStore
 
@@ -49,6 +50,7 @@ from ..mock_agent_support import (
     result,
     running_agent,
 )
+from ..receiver_support import Agent, agent_server
 
 FAST = RetryPolicy(quick_attempts=3, quick_wait=wait_fixed(0.05), schedule=(0.3, 0.3))
 ISSUER = "http://agent.test"
@@ -335,6 +337,20 @@ async def test_the_mock_agent_is_verified_through_its_agent_card(tmp_path: Path)
             run.lines
         )
         assert all("✓ verified (jwt kid=" in line for line in run.lines), run.lines
+
+
+async def test_an_agent_card_naming_the_extensions_legacy_uri_still_names_the_jwks() -> None:
+    # An agent on an earlier release declares the push-signing extension's old URI.
+    agent = Agent(extension_uri=LEGACY_PUSH_SIGNING_EXTENSION_URI)
+    async with agent_server(agent), listening(agent=agent.base, count=1) as run:
+        assert f"the JWKS at {agent.base}/keys (from {agent.base}'s agent card)" in (
+            run.listener.describe()
+        )
+        status, _, _ = await post(
+            run.url, BODY, signed(agent.keyset, run.url, BODY, issuer=agent.base)
+        )
+        assert status == 200
+        assert "✓ verified (jwt kid=" in run.line(), run.lines
 
 
 async def test_a_gateway_is_verified_through_the_card_of_its_agent(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -27,19 +26,21 @@ import pytest
 pytest.importorskip("a2a.client")
 
 import httpx
-from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.client.transports.jsonrpc import JsonRpcTransport
+from a2a.compat.v0_3.jsonrpc_transport import CompatJsonRpcTransport
 from a2a.types import a2a_pb2
-from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
-from aiohttp import web
+from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from joserfc import jwk as jose_jwk
 from joserfc import jwt as jose_jwt
 
-from a2a_push.mock_agent import create_app
+from a2a_push.mock_agent import serving
 from a2a_push.notifier import JWKS_PATH
 from a2a_push.protocol.constants import HEADER_NOTIFICATION_TOKEN, HEADER_SIGNATURE
 from a2a_push.testing import ReceivedWebhook, WebhookSink
+
+from ..mock_agent_support import describe_event
 
 STEP_DELAY = 0.05
 TIMEOUT = 10.0
@@ -59,25 +60,9 @@ class RunningAgent:
 
 @pytest.fixture
 async def agent(tmp_path: Path) -> AsyncIterator[RunningAgent]:
-    # The card and the JWT issuer need the real port before the app exists, so the
-    # listening socket is bound first (port 0) and handed to the site: no port race.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    app = create_app(
-        data_dir=tmp_path / "agent",
-        allow_webhook_hosts=["127.0.0.1"],
-        public_url=url,
-        step_delay=STEP_DELAY,
-    )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    try:
-        await web.SockSite(runner, sock).start()
+    # The card and the JWT issuer name the real port: `serving` binds it first.
+    async with serving(tmp_path / "agent", step_delay=STEP_DELAY) as (url, _app):
         yield RunningAgent(url=url)
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -92,6 +77,28 @@ async def client(agent: RunningAgent, http: httpx.AsyncClient) -> AsyncIterator[
     # picks the JSON-RPC interface itself.
     factory = ClientFactory(ClientConfig(httpx_client=http, streaming=False))
     sdk_client = await factory.create_from_url(agent.url)
+    try:
+        yield sdk_client
+    finally:
+        await sdk_client.close()
+
+
+@pytest.fixture(params=[PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3])
+async def streaming_client(
+    request: pytest.FixtureRequest, agent: RunningAgent, http: httpx.AsyncClient
+) -> AsyncIterator[Client]:
+    """A streaming SDK client on the card's v1.0 interface, or (the card without it) on
+    its v0.3 one: the SDK's v0.3 compatibility transport (message/stream,
+    tasks/resubscribe)."""
+    card = await A2ACardResolver(http, agent.url).get_agent_card()
+    keep = [a2a_pb2.AgentInterface() for _ in card.supported_interfaces]
+    for copy, interface in zip(keep, card.supported_interfaces, strict=True):
+        copy.CopyFrom(interface)
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(i for i in keep if i.protocol_version == request.param)
+    sdk_client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
+    expected = JsonRpcTransport if request.param == PROTOCOL_VERSION_1_0 else CompatJsonRpcTransport
+    assert type(getattr(sdk_client, "_transport", None)) is expected
     try:
         yield sdk_client
     finally:
@@ -150,15 +157,7 @@ async def key_set(http: httpx.AsyncClient, agent: RunningAgent) -> tuple[Any, li
 
 def describe(hook: ReceivedWebhook) -> str:
     """Each webhook as 'task:STATE', 'status:STATE' or 'artifact:NAME'."""
-    body = json.loads(hook.body)
-    assert len(body) == 1, body
-    kind, event = next(iter(body.items()))
-    if kind == "task":
-        return f"task:{event['status']['state']}"
-    if kind == "statusUpdate":
-        return f"status:{event['status']['state']}"
-    assert kind == "artifactUpdate", kind
-    return f"artifact:{event['artifact']['name']}"
+    return describe_event(json.loads(hook.body))
 
 
 async def verified_webhooks(
@@ -207,7 +206,7 @@ async def test_the_sdk_builds_a_jsonrpc_client_from_our_agent_card(
     card = await client.get_extended_agent_card(a2a_pb2.GetExtendedAgentCardRequest())
     assert card.name == "a2a-push mock agent"
     assert card.capabilities.push_notifications is True
-    assert card.capabilities.streaming is False
+    assert card.capabilities.streaming is True
     bindings = {(i.protocol_binding, i.protocol_version) for i in card.supported_interfaces}
     assert (TransportProtocol.JSONRPC, PROTOCOL_VERSION_1_0) in bindings
     assert {s.id for s in card.skills} >= {"roll", "book", "fail", "reject", "echo"}
@@ -417,6 +416,99 @@ async def test_cancel_of_a_completed_task_is_task_not_cancelable(
     assert fetched.status.state == COMPLETED
     kinds = await verified_webhooks(sink, "/done", 4, http=http, agent=agent, task_id=task.id)
     assert kinds[-1] == "status:TASK_STATE_COMPLETED"
+
+
+# ---- streaming (v1.0, and v0.3 through the SDK's compatibility transport) ----------------
+
+
+def stream_kind(response: a2a_pb2.StreamResponse) -> str:
+    """'task:STATE', 'status:STATE' or 'artifact:NAME'."""
+    if response.HasField("task"):
+        return f"task:{a2a_pb2.TaskState.Name(response.task.status.state)}"
+    if response.HasField("status_update"):
+        return f"status:{a2a_pb2.TaskState.Name(response.status_update.status.state)}"
+    assert response.HasField("artifact_update"), response
+    return f"artifact:{response.artifact_update.artifact.name}"
+
+
+def assemble_chunks(responses: list[a2a_pb2.StreamResponse]) -> dict[str, list[str]]:
+    artifacts: dict[str, list[str]] = {}
+    for response in responses:
+        if response.HasField("task"):
+            for artifact in response.task.artifacts:
+                artifacts[artifact.artifact_id] = [p.text for p in artifact.parts]
+        elif response.HasField("artifact_update"):
+            update = response.artifact_update
+            texts = [p.text for p in update.artifact.parts]
+            before = artifacts[update.artifact.artifact_id] if update.append else []
+            artifacts[update.artifact.artifact_id] = [*before, *texts]
+    return artifacts
+
+
+REPORT_STORY = [
+    "task:TASK_STATE_SUBMITTED",
+    "status:TASK_STATE_WORKING",
+    *["artifact:report"] * 4,
+    "status:TASK_STATE_COMPLETED",
+]
+
+
+async def test_the_sdks_streaming_send_gets_the_task_then_every_update_and_the_webhooks(
+    streaming_client: Client, client: Client, sink: WebhookSink
+) -> None:
+    push = a2a_pb2.TaskPushNotificationConfig(url=sink.url("/stream"), token="tok-s")
+    request = a2a_pb2.SendMessageRequest(
+        message=user_message("report"),
+        configuration=a2a_pb2.SendMessageConfiguration(task_push_notification_config=push),
+    )
+    async with asyncio.timeout(TIMEOUT):
+        responses = [r async for r in streaming_client.send_message(request)]
+    assert [stream_kind(r) for r in responses] == REPORT_STORY
+    task_id = responses[0].task.id
+    chunks = [r.artifact_update for r in responses if r.HasField("artifact_update")]
+    assert [(c.append, c.last_chunk) for c in chunks] == [
+        (False, False),
+        (True, False),
+        (True, False),
+        (True, True),
+    ]
+    # GetTask (the non-streaming client) shows the artifact the chunks assemble into.
+    done = await client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
+    assert done.status.state == COMPLETED
+    assert assemble_chunks(responses) == {
+        a.artifact_id: [p.text for p in a.parts] for a in done.artifacts
+    }
+    # Every streamed event went out as a webhook too (the snapshot, then each update).
+    await sink.wait_for(len(responses), timeout=TIMEOUT, path="/stream")
+    await asyncio.sleep(4 * STEP_DELAY)
+    hooks = sink.on("/stream")
+    assert len(hooks) == len(responses)
+    assert all(h.header(HEADER_NOTIFICATION_TOKEN) == "tok-s" for h in hooks)
+
+
+async def test_the_sdks_subscribe_follows_a_running_task_and_is_refused_once_it_ended(
+    streaming_client: Client, client: Client
+) -> None:
+    task = await send(client, "report", return_immediately=True)
+    async with asyncio.timeout(TIMEOUT):
+        responses = [
+            r async for r in streaming_client.subscribe(a2a_pb2.SubscribeToTaskRequest(id=task.id))
+        ]
+    kinds = [stream_kind(r) for r in responses]
+    assert kinds[0].startswith("task:") and responses[0].task.id == task.id
+    assert kinds[-1] == "status:TASK_STATE_COMPLETED"
+    assert kinds[1:] == REPORT_STORY[len(REPORT_STORY) - len(kinds) + 1 :]
+    assert [len(t) for t in assemble_chunks(responses).values()] == [4]
+
+    with pytest.raises(UnsupportedOperationError):
+        async with asyncio.timeout(TIMEOUT):
+            async for _ in streaming_client.subscribe(a2a_pb2.SubscribeToTaskRequest(id=task.id)):
+                pass
+    with pytest.raises(TaskNotFoundError):
+        async with asyncio.timeout(TIMEOUT):
+            missing = a2a_pb2.SubscribeToTaskRequest(id=str(uuid.uuid4()))
+            async for _ in streaming_client.subscribe(missing):
+                pass
 
 
 # ---- an unknown task -----------------------------------------------------------------

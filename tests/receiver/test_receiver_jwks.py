@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from a2a_push.protocol.constants import A2A_MEDIA_TYPE
-from a2a_push.server.app import PUSH_SIGNING_EXTENSION_URI
+from a2a_push.server.app import LEGACY_PUSH_SIGNING_EXTENSION_URI, PUSH_SIGNING_EXTENSION_URI
 from receiver.core import Receiver, card_jwks_uri
 from receiver.verify import MAX_JWKS_BYTES
 
@@ -115,6 +115,32 @@ def test_the_push_signing_extension_names_the_jwks_url() -> None:
     assert card_jwks_uri({"capabilities": {"extensions": [{"uri": "x"}, ext]}}) == (
         "https://a.test/k"
     )
+
+
+@pytest.mark.parametrize("uri", [PUSH_SIGNING_EXTENSION_URI, LEGACY_PUSH_SIGNING_EXTENSION_URI])
+async def test_the_card_names_the_jwks_under_the_extension_uri_old_or_new(
+    tmp_path: Path, uri: str
+) -> None:
+    # Agents built on earlier releases still declare the extension's legacy URI.
+    async with agent_server(Agent(extension_uri=uri)) as agent, aiohttp.ClientSession() as session:
+        settings = settings_for(tmp_path, {"url": agent.url})
+        async with receiver_server(settings) as receiver:
+            jwks = receiver._verifiers[agent.url].jwks
+            assert jwks is not None
+            await jwks.locate()
+            assert jwks.located and jwks.url == agent.base + "/keys"
+            sub = await stored_subscription(receiver, agent.url, "t1")
+            body = status_update("t1")
+            headers = signed_headers(agent, settings, body, sub.id, "t1")
+            async with session.post(settings.webhook_url, data=body, headers=headers) as resp:
+                assert (resp.status, await resp.json()) == (200, {"status": "accepted"})
+
+
+def test_the_current_extension_uri_is_a_name_under_the_projects_own_namespace() -> None:
+    assert PUSH_SIGNING_EXTENSION_URI == "urn:a2a-push:ext:push-signing:v1"
+    assert LEGACY_PUSH_SIGNING_EXTENSION_URI == "https://a2a-push.dev/extensions/push-signing/v1"
+    ext = {"uri": [LEGACY_PUSH_SIGNING_EXTENSION_URI], "params": {"jwksUri": "https://a.test/k"}}
+    assert card_jwks_uri({"capabilities": {"extensions": [ext]}}) is None  # no crash
 
 
 @pytest.mark.parametrize("card", [[{"capabilities": {}}], {"capabilities": ["extensions"]}])

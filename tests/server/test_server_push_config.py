@@ -23,6 +23,7 @@ from a2a_push.server import (
     default_owner_resolver,
     mount,
 )
+from a2a_push.server.app import LEGACY_PUSH_SIGNING_EXTENSION_URI
 from a2a_push.store import SQLiteStore
 from a2a_push.testing import WebhookSink
 
@@ -743,6 +744,14 @@ async def test_agent_card_push_fields_add_the_extension_once() -> None:
     assert pushes[0]["required"] is False
     assert {"uri": "x:other"} in caps["extensions"]
     assert "pushNotifications" not in card["capabilities"]  # the input is not modified
+
+
+async def test_agent_card_push_fields_replace_the_extensions_legacy_uri() -> None:
+    legacy = {"uri": LEGACY_PUSH_SIGNING_EXTENSION_URI, "params": {"jwksUri": "https://old/k"}}
+    card = {"name": "a", "capabilities": {"extensions": [legacy, {"uri": ["odd"]}]}}
+    out = agent_card_push_fields(card, "https://agent/keys.json")
+    uris = [e["uri"] for e in out["capabilities"]["extensions"]]
+    assert uris == [["odd"], PUSH_SIGNING_EXTENSION_URI]
 
 
 async def test_the_first_webhook_to_an_api_created_config_is_the_task_snapshot(
