@@ -156,6 +156,12 @@ class PostgresStore(SQLStore):
         self._listener: asyncio.Task[None] | None = None
         # Notifications from stores on other schemas of the same database are not ours.
         self._notify_payload = schema or ""
+        # One query without parameters (the simple protocol runs both statements in one
+        # round trip): the channel is a constant and the payload a schema name checked
+        # against _SCHEMA_NAME, so both are safe as literals.
+        self._notify_and_commit = (
+            f"SELECT pg_notify('{NOTIFY_CHANNEL}', '{self._notify_payload}'); COMMIT;"
+        )
         suffix = f":{schema}" if schema else ""
         self._application_name = APPLICATION_NAME + suffix
         self._listener_application_name = LISTENER_APPLICATION_NAME + suffix
@@ -400,10 +406,10 @@ class PostgresStore(SQLStore):
             tx = _PostgresTx(conn, self)
             result = await op(tx)
             if tx.notified:
-                self.round_trips += 1
-                # Sent at commit, so listeners never wake before the work is visible.
-                await conn.execute(_Q["notify"], NOTIFY_CHANNEL, self._notify_payload)
-            await conn.execute(_Q["commit"])
+                # Sent with the commit (delivered once it is), in its round trip.
+                await conn.execute(self._notify_and_commit)
+            else:
+                await conn.execute(_Q["commit"])
             return result
 
     async def _fetch(self, query: str, *args: Any) -> list[Any]:
@@ -520,7 +526,7 @@ class _PostgresTx:
     """A transaction on a pooled connection (see ``sqlstore.Tx``)."""
 
     __slots__ = ("_conn", "_store", "notified")
-    fuses_finish_and_lease = True
+    fuses_statements = True
 
     def __init__(self, conn: Any, store: PostgresStore) -> None:
         self._conn = conn

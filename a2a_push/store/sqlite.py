@@ -278,7 +278,7 @@ class _SQLiteTx:
     writer, so locks are not needed and the transaction's time is this process's."""
 
     __slots__ = ("_conn",)
-    fuses_finish_and_lease = False  # statements cost no round trip here
+    fuses_statements = False  # statements cost no round trip here
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn

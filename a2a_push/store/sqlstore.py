@@ -64,9 +64,12 @@ class Tx(Protocol):
     """One transaction of a backend, as the algorithm uses it. Queries are named (the
     backend's ``queries.sql``) and take positional parameters."""
 
-    # Whether the backend has finish_and_lease_next: finish_delivery and the lease of
-    # the lane's next delivery (lease_next_head) in one statement.
-    fuses_finish_and_lease: bool
+    # Whether every statement costs a network round trip, and the backend has the fused
+    # statements that save them: finish_and_lease_next and finish_and_lease_many
+    # (finish_delivery and the lease of the lane's next delivery, lease_next_head, in
+    # one statement for one outcome or several), and fan_out (next_task_seq,
+    # insert_delivery and open_lane in one statement).
+    fuses_statements: bool
 
     async def lock_tasks(
         self,
@@ -783,6 +786,21 @@ async def _fan_out(
     for _, version, _ in targets:
         if version not in bodies:
             bodies[version] = render(version)
+    if tx.fuses_statements:
+        ids = [new_id() for _ in targets]
+        fused: int = await tx.fetchval(
+            "fan_out",
+            task_id,
+            at if final else None,
+            kind,
+            at,
+            traceparent,
+            ids,
+            [key for key, _, _ in targets],
+            [bodies[version] for _, version, _ in targets],
+            [endpoint for _, _, endpoint in targets],
+        )
+        return fused, ids
     seq: int = await tx.fetchval("next_task_seq", task_id, at if final else None)
     rows, lanes, ids = [], [], []
     for key, version, endpoint in targets:
@@ -811,7 +829,7 @@ async def _finish_many(
     (finish_and_lease_many) instead of one each. Returns, by position in ``items``,
     whether each wrote and what it leased; the others (and a second outcome on a lane
     already in the statement) are left to ``_apply_outcome``'s own statements."""
-    if not tx.fuses_finish_and_lease:
+    if not tx.fuses_statements:
         return {}
     picked: list[int] = []
     lanes: set[tuple[str, str]] = set()
@@ -893,7 +911,7 @@ async def _apply_outcome(
             o.delivery_id,
             *lane,
         )
-    elif lease_next is not None and _fusable(o) and tx.fuses_finish_and_lease:
+    elif lease_next is not None and _fusable(o) and tx.fuses_statements:
         # finish_delivery, and lease_next_head over the deliveries after it, in one
         # statement (for a backend whose every statement is a network round trip).
         state = "delivered" if o.kind == "delivered" else "dead"

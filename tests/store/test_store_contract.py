@@ -801,6 +801,27 @@ async def test_outcomes_arriving_together_each_advance_their_own_lane(store: Sto
     assert stats.pending == 5 * 2 + 1 and stats.leased == 6
 
 
+async def test_a_fan_out_writes_its_seq_deliveries_and_lanes_together(store: Store) -> None:
+    """A publish to three configs: one seq, a delivery each, a lane each (opened once).
+    Where statements cost a round trip (PostgreSQL), the seq, the deliveries and the
+    lanes are one statement, and the wake-up goes with the commit."""
+    for name in ("a", "b", "c"):
+        await store.put_config(config(id=name, url=f"http://127.0.0.1:{9000 + ord(name)}/h"))
+    trips = store.round_trips
+    seq, first = await enqueue(store)
+    if store.__class__.__name__ == "PostgresStore":
+        # BEGIN, the task's lock, its configs, the fan-out, the notification + COMMIT.
+        assert store.round_trips - trips == 5
+    seq2, second = await enqueue(store)
+    assert (seq, seq2) == (1, 2) and len(first) == len(second) == 3
+    for delivery_id in first + second:
+        d = await store.get_delivery(delivery_id)
+        assert d is not None and d.state is DeliveryState.PENDING and d.task_id == "task-1"
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert sorted(d.id for d in claimed) == sorted(first)  # each lane's head: seq 1
+    assert {d.seq for d in claimed} == {1}
+
+
 async def test_purge_removes_only_old_finished_deliveries(store: Store) -> None:
     await store.put_config(config(id="a"))
     for _ in range(3):

@@ -70,9 +70,6 @@ BEGIN; SET LOCAL synchronous_commit TO off;
 -- name: commit
 COMMIT;
 
--- name: notify
-SELECT pg_notify($1, $2);
-
 -- name: ping
 SELECT 1;
 
@@ -223,6 +220,31 @@ RETURNING s.task_id;
 
 -- name: delete_tasks_configs
 DELETE FROM configs WHERE task_id = ANY($1::text[]);
+
+-- name: fan_out
+-- next_task_seq ($1 task, $2 final time or NULL), then insert_delivery and open_lane for
+-- each target, in one statement: $3 kind, $4 now, $5 traceparent; $6-$9 the deliveries'
+-- ids, config keys, bodies and endpoints, as arrays. Returns the seq.
+WITH s AS (
+    INSERT INTO task_seq AS s (task_id, seq, final_at) VALUES ($1, 1, $2)
+    ON CONFLICT (task_id) DO UPDATE SET seq = s.seq + 1,
+        final_at = CASE WHEN excluded.final_at IS NULL THEN NULL
+                        ELSE coalesce(s.final_at, excluded.final_at) END
+    RETURNING seq
+), d AS (
+    INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
+                            next_attempt_at, created_at, updated_at, endpoint, traceparent)
+    SELECT i.id, i.config_key, $1, s.seq, $3, i.body, 'pending', 0, $4, $4, $4,
+           i.endpoint, $5
+    FROM unnest($6::text[], $7::text[], $8::bytea[], $9::text[])
+        AS i (id, config_key, body, endpoint), s
+), l AS (
+    INSERT INTO lanes (config_key, task_id, head_id, due_at, endpoint)
+    SELECT i.config_key, $1, i.id, $4, i.endpoint
+    FROM unnest($6::text[], $7::text[], $9::text[]) AS i (id, config_key, endpoint)
+    ON CONFLICT (config_key, task_id) DO NOTHING
+)
+SELECT seq FROM s;
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, config_key, task_id, seq, kind, body, state, attempts,
