@@ -1,8 +1,9 @@
 """a2a-push benchmarks B1-B8, each with its target (each module says how it measures):
 
 - B1 (``b1_throughput``): end-to-end signed (ES256) and durable (SQLite) deliveries/s to
-  a local sink: at least 5x the official a2a-sdk ``BasePushNotificationSender`` and at
-  least 0.5x a raw aiohttp POST loop, in the same run.
+  a local sink: at least 5x the official a2a-sdk ``BasePushNotificationSender``, at
+  least 0.5x a raw aiohttp POST loop, and at least 0.8x the minimal durable signed
+  sender (that loop with an ES256 JWT and an fsynced SQLite log), in the same run.
 - B2 (``b2_latency``): publish -> sink receipt latency at a steady 500 events/s: p99 at
   most 20 ms.
 - B3 (``b3_isolation``): one healthy endpoint's p99 while 20 blackholed endpoints have

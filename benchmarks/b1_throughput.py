@@ -425,6 +425,9 @@ DEFAULT_LABEL = "a2a-push SQLite FULL + ES256 (defaults)"
 HISTORY_OFF_LABEL = "a2a-push defaults, attempt history off"
 # The attempt history (on by default) must cost at most this share of the defaults' rate.
 HISTORY_COST_TARGET = 0.9
+# The defaults' rate must be at least this share of the minimal durable signed sender's
+# (``run_raw(durable=True)``: the least any signed outbox must do, measured in the run).
+DURABLE_TARGET = 0.8
 PAIRED_RUNS = 3  # runs of the defaults, the raw loop and the SDK, in turns
 
 
@@ -595,6 +598,12 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
         ok_raw = ours >= 0.5 * raw
         say(f"  target: defaults >= 5x a2a-sdk    {ours / sdk:6.2f}x   {verdict(ok_sdk)}")
         say(f"  target: defaults >= 0.5x raw loop {ours / raw:6.2f}x   {verdict(ok_raw)}")
+        ok_durable = durable is not None and ours >= DURABLE_TARGET * durable
+        if durable:
+            say(
+                f"  target: defaults >= {DURABLE_TARGET}x the minimal durable signed sender "
+                f"{ours / durable:6.2f}x   {verdict(ok_durable)}"
+            )
         if ceiling:
             say(
                 f"  context: signing alone (no storage) caps a signed sender at "
@@ -607,7 +616,8 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 f"sent after) caps it at {durable / raw:.2f}x; defaults reach "
                 f"{ours / durable:.2f}x of that"
             )
-        result["pass"] = ok_sdk and ok_raw and ok_history
+        result["durable"] = durable
+        result["pass"] = ok_sdk and ok_raw and ok_durable and ok_history
     else:
         say(
             f"  (quick run: a2a-push defaults only, {ours:,.0f} deliveries/s; "

@@ -257,9 +257,15 @@ class Transport:
                 # The status is in: the body gets a short while, not the rest of the
                 # total timeout (a body that stalls must not hold the endpoint's slot).
                 chunks: list[bytes] = []
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(BODY_READ_SECONDS, self._timeouts.total)):
-                        await _read_prefix(response.content, MAX_RESPONSE_BODY_BYTES, chunks)
+                stream = response.content
+                if stream.is_eof():
+                    # All of it is in already (a short answer comes with its status):
+                    # reading it never waits, so no timer is set for it.
+                    await _read_prefix(stream, MAX_RESPONSE_BODY_BYTES, chunks)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(BODY_READ_SECONDS, self._timeouts.total)):
+                            await _read_prefix(stream, MAX_RESPONSE_BODY_BYTES, chunks)
                 content = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 return HTTPResult(
                     status=response.status,

@@ -56,7 +56,7 @@ class RowMapping:
         a dead-letter replay by filter, still shows every other row, and this one with
         what is wrong with it."""
         try:
-            return RowMapping._delivery_fields(row, config, config_error)
+            return RowMapping._delivery_fields(_fields(row), config, config_error)
         except Exception as exc:
             return RowMapping._unreadable(row, exc)
 
@@ -88,11 +88,8 @@ class RowMapping:
 
     @staticmethod
     def _delivery_fields(
-        row: Any, config: StoredConfig | None, config_error: str | None
+        row: dict[str, Any], config: StoredConfig | None, config_error: str | None
     ) -> Delivery:
-        keys = row.keys()
-        if not isinstance(keys, list):  # asyncpg's is an iterator
-            keys = list(keys)
         return Delivery(
             id=row["id"],
             config_key=row["config_key"],
@@ -110,10 +107,9 @@ class RowMapping:
             last_error=row["last_error"],
             config=config,
             config_error=config_error,
-            # keys(): "in" on a sqlite3.Row looks among the values.
-            leased_until=row["leased_until"] if "leased_until" in keys else None,
-            endpoint=row["endpoint"] if "endpoint" in keys else None,
-            traceparent=row["traceparent"] if "traceparent" in keys else None,
+            leased_until=row.get("leased_until"),
+            endpoint=row.get("endpoint"),
+            traceparent=row.get("traceparent"),
         )
 
     @staticmethod
@@ -129,6 +125,7 @@ class RowMapping:
         comes back without a config and with the reason in ``config_error``, so the
         dispatcher dead-letters it and every other lane goes on."""
         config, config_error = None, None
+        row = _fields(row)
         if row["c_key"] is not None:
             try:
                 config = self._config_from_row(row, prefix="c_")
@@ -137,6 +134,15 @@ class RowMapping:
             except Exception as exc:
                 config_error = f"the stored config is corrupt ({type(exc).__name__}: {exc})"
         return self._delivery_from_row(row, config, config_error)
+
+
+def _fields(row: Any) -> dict[str, Any]:
+    """A row (``sqlite3.Row``, ``asyncpg.Record``, or a dict already) as a dict of its
+    columns: a claimed row has thirty, and a ``sqlite3.Row`` finds a column by name by
+    comparing it with each in turn, where a dict hashes it once."""
+    if isinstance(row, dict):
+        return row
+    return dict(zip(row.keys(), row, strict=True))
 
 
 def _state(value: Any) -> DeliveryState:

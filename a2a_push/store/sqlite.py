@@ -194,6 +194,11 @@ class SQLiteStore(SQLStore):
     def _array(self, values: Sequence[str]) -> Any:
         return json.dumps(list(values))
 
+    # Outcomes that arrive while one op of them waits for the writer are written as one
+    # op: their attempts in one executemany and their lanes' next deliveries read in one
+    # statement, rather than one op (and one read) per outcome.
+    _outcome_batches = True
+
     # ---- what stays SQLite's own ------------------------------------------------------
 
     async def claim_due(
