@@ -644,6 +644,7 @@ def _chain_op(
         finished = await _finish_many(tx, items, leases, at)
         heads = []
         for i, item in enumerate(items):
+            done = finished.get(i)
             heads.append(
                 await _apply_outcome(
                     tx,
@@ -651,14 +652,18 @@ def _chain_op(
                     at,
                     shift=shift,
                     lease_next=leases[i],
-                    finished=finished.get(i),
+                    finished=None if done is None else done[:2],
                 )
             )
-        # The leased deliveries with their configs, read once every outcome (and what it
-        # did to its config) is written.
         leased = [head for head in heads if head is not None]
         if not leased:
             return [None] * len(items)
+        if len(finished) == len(items) and all(_plain(item.outcome) for item in items):
+            # finish_and_lease_many read the leased deliveries and their configs, and
+            # nothing this transaction did since touches them.
+            return [None if head is None else finished[i][2] for i, head in enumerate(heads)]
+        # The leased deliveries with their configs, read once every outcome (and what it
+        # did to its config) is written.
         found = {
             row["id"]: row for row in await tx.fetch("deliveries_with_configs", tx.array(leased))
         }
@@ -821,14 +826,20 @@ def _fusable(o: Outcome) -> bool:
     return o.kind in ("delivered", "dead") and o.disable_config is None
 
 
+def _plain(o: Outcome) -> bool:
+    """A delivered outcome that changes nothing about its config."""
+    return o.kind == "delivered" and not has_config_side_effects(o)
+
+
 async def _finish_many(
     tx: Tx, items: Sequence[_Chained], leases: Sequence[Lease], at: float
-) -> dict[int, tuple[bool, str | None]]:
+) -> dict[int, tuple[bool, str | None, Any]]:
     """For a backend whose every statement is a round trip: the fusable outcomes of a
     batch written, and their lanes' next deliveries leased, in one statement
     (finish_and_lease_many) instead of one each. Returns, by position in ``items``,
-    whether each wrote and what it leased; the others (and a second outcome on a lane
-    already in the statement) are left to ``_apply_outcome``'s own statements."""
+    whether each wrote, what it leased, and the row of the leased delivery with its
+    config (or of NULLs); the others (and a second outcome on a lane already in the
+    statement) are left to ``_apply_outcome``'s own statements."""
     if not tx.fuses_statements:
         return {}
     picked: list[int] = []
@@ -862,6 +873,7 @@ async def _finish_many(
         picked[row["ord"] - 1]: (
             bool(row["changed"]),
             None if row["leased"] is None else str(row["leased"]),
+            row,
         )
         for row in rows
     }

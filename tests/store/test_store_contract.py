@@ -801,6 +801,42 @@ async def test_outcomes_arriving_together_each_advance_their_own_lane(store: Sto
     assert stats.pending == 5 * 2 + 1 and stats.leased == 6
 
 
+async def test_delivered_outcomes_together_hand_out_their_lanes_next_deliveries(
+    store: Store,
+) -> None:
+    """The common case of a busy outbox: delivered outcomes arrive together, each lane
+    has a next delivery due. Each worker gets its lane's next delivery with its config;
+    on PostgreSQL the whole batch is one statement after the locks."""
+    tasks = [f"t{i}" for i in range(6)]
+    for task in tasks:
+        await store.put_config(config(task, id="a", url=f"http://127.0.0.1:9001/{task}"))
+        for _ in range(2):
+            await enqueue(store, task)
+    claimed = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    assert sorted(d.task_id for d in claimed) == tasks
+    trips = store.round_trips
+    nexts = await asyncio.gather(
+        *(
+            store.complete_and_claim_next(
+                done(d, worker_id="w", status=200), lease_seconds=30, worker_id="w"
+            )
+            for d in claimed
+        )
+    )
+    if store.__class__.__name__ == "PostgresStore":
+        # BEGIN, the locks, the outcomes written and the next deliveries leased and
+        # read (one statement), COMMIT.
+        assert store.round_trips - trips == 4
+    for d, nxt in zip(claimed, nexts, strict=True):
+        assert nxt is not None and nxt.task_id == d.task_id and nxt.seq == 2
+        assert nxt.state is DeliveryState.PENDING and nxt.attempts == 0
+        assert nxt.config is not None and nxt.config.url.endswith(f"/{d.task_id}")
+        assert nxt.body == (await store.get_delivery(nxt.id)).body  # type: ignore[union-attr]
+        first = await store.get_delivery(d.id)
+        assert first is not None and first.state is DeliveryState.DELIVERED
+    assert await store.claim_due(10, lease_seconds=30, worker_id="y", now=NOW) == []
+
+
 async def test_a_fan_out_writes_its_seq_deliveries_and_lanes_together(store: Store) -> None:
     """A publish to three configs: one seq, a delivery each, a lane each (opened once).
     Where statements cost a round trip (PostgreSQL), the seq, the deliveries and the

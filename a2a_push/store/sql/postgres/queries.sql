@@ -371,7 +371,9 @@ SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT head_id FROM leased)
 -- statement: $1-$10 are the outcomes' columns as arrays (state, attempts, status, error,
 -- delivery id, config key, task id, worker whose outcome it is, lease until, worker
 -- taking the lease), $11 the transaction's time. One row per outcome, in the order
--- given (ord, from 1): changed (0 or 1) and the id leased, or NULL.
+-- given (ord, from 1): changed (0 or 1), the id leased or NULL, and the leased delivery
+-- with its config (the columns of deliveries_with_configs, as this statement found
+-- them: it changes neither).
 WITH item AS (
     SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::text[], $9::float8[], $10::text[])
@@ -409,10 +411,19 @@ WITH item AS (
       AND head.next_attempt_at <= $11
     RETURNING lanes.config_key, lanes.task_id, lanes.head_id
 )
-SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id AS leased
+SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id AS leased,
+       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
 FROM item i
 LEFT JOIN done ON done.id = i.id
 LEFT JOIN leased ON leased.config_key = i.config_key AND leased.task_id = i.task_id
+LEFT JOIN deliveries d ON d.id = leased.head_id
+LEFT JOIN configs c ON c.key = d.config_key
 ORDER BY i.ord;
 
 -- name: retry_delivery
