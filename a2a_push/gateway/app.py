@@ -70,7 +70,7 @@ from a2a_push.server import PushConfigService, mount
 from a2a_push.server.app import jwks_operation
 from a2a_push.server.push_config import NO_SNAPSHOT, RETRY_AFTER_SECONDS, NoSnapshot
 from a2a_push.signing.keys import KeySet
-from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, open_store
+from a2a_push.store import DeliveryFilter, DeliveryState, StoreOptions, matching_ids, open_store
 
 from .schemas import (
     REPLAY_USAGE,
@@ -99,6 +99,7 @@ HEADER_IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 MAINTENANCE_INTERVAL: Final = 3600.0
 """Seconds between two runs of the gateway's upkeep (finished tasks, retired keys)."""
 TASK_PURGE_BATCH: Final = 1000
+REPLAY_BY_FILTER_LIMIT: Final = 10_000  # dead letters one replay by filter sends at most
 META_ISSUER: Final = "issuer"
 """The gateway state's record of the issuer the last gateway to start signed as."""
 
@@ -718,16 +719,17 @@ def create_app(settings: GatewaySettings, *, gateway: Gateway | None = None) -> 
             return _error(400, "invalid", str(exc))
         ids = body.ids
         if ids is None:
-            found = await gw.notifier.store.list_deliveries(
+            # Read page by page, as the console's "replay all that match" does.
+            ids = await matching_ids(
+                gw.notifier.store,
                 DeliveryFilter(
                     state=DeliveryState.DEAD,
                     created_after=body.since,
                     created_before=body.until,
                     task_id=body.task,
-                    limit=10_000,
-                )
+                ),
+                at_most=REPLAY_BY_FILTER_LIMIT,
             )
-            ids = [d.id for d in found]
         return web.json_response(Replayed(replayed=await gw.notifier.replay(ids)).to_json())
 
     async def endpoints(request: web.Request) -> web.Response:
