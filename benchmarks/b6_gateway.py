@@ -385,6 +385,7 @@ async def run(p: B6Params | None = None) -> dict[str, Any]:
                 f"{verdict(one >= 0.7)}"
             )
             say(f"  target: two gateways >= one gateway: {two:.2f}x   {verdict(two >= 1.0)}")
+            ok = ok and one >= 0.7 and two >= 1.0
         say("  RT: network round trips to PostgreSQL (statements, BEGIN, COMMIT), from the")
         say("  gateways' a2a_push_store_round_trips_total, per delivery drained; RT/publish: the")
         say("  enqueue's, per delivery; CPU: user + system, from the first receipt to the last,")
