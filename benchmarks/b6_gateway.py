@@ -204,10 +204,7 @@ async def _drain_postgres(workers: int, sink: Sink, p: B6Params, keyset: KeySet)
         first_cpu: list[float] = []
 
         async def watch_first() -> None:
-            for _ in range(int(p.drain_limit / 0.02)):
-                if (await sink.stats()).count:
-                    break
-                await asyncio.sleep(0.02)
+            await _first_receipt(sink, p)
             server.extend(_postgres_pids())
             first_cpu.extend([_cpu_seconds(pids), _cpu_seconds(server)])
 
@@ -244,6 +241,14 @@ async def _drain_postgres(workers: int, sink: Sink, p: B6Params, keyset: KeySet)
         await conn.close()
 
 
+async def _first_receipt(sink: Sink, p: B6Params) -> None:
+    """Returns once the sink has received something (or the drain's time is up)."""
+    for _ in range(int(p.drain_limit / 0.02)):
+        if (await sink.stats()).count:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def _drain_sqlite(sink: Sink, p: B6Params, keyset: KeySet) -> Drain:
     with temp_dir("a2a-push-b6-") as tmp:
         db = tmp / "b6.db"
@@ -261,10 +266,7 @@ async def _drain_sqlite(sink: Sink, p: B6Params, keyset: KeySet) -> Drain:
             first_cpu: list[float] = []
 
             async def watch_first() -> None:
-                for _ in range(int(p.drain_limit / 0.02)):
-                    if (await sink.stats()).count:
-                        break
-                    await asyncio.sleep(0.02)
+                await _first_receipt(sink, p)
                 first_cpu.append(time.process_time())
 
             watcher = asyncio.create_task(watch_first())
