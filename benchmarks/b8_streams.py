@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from a2a_push.httputil import freeze_startup_objects
 from a2a_push.mock_agent import AGENT, MockAgent, serving
 from a2a_push.protocol.types import TaskPushNotificationConfig
 
@@ -107,9 +108,11 @@ class Phase:
 
 @contextlib.asynccontextmanager
 async def served_agent(step_delay: float) -> AsyncIterator[tuple[str, MockAgent]]:
-    """A fresh mock agent on 127.0.0.1, its data in a temporary folder."""
+    """A fresh mock agent on 127.0.0.1, its data in a temporary folder; started as
+    `a2a-push mock-agent` starts (``freeze_startup_objects`` once it listens)."""
     with temp_dir("a2a-push-b8-") as tmp:
         async with serving(tmp / "agent", step_delay=step_delay) as (url, app):
+            freeze_startup_objects()
             yield url, app[AGENT]
 
 
