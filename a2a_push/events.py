@@ -252,7 +252,8 @@ class Events:
         outcome says so (``gone``: because the receiver answered 410)."""
         config = delivery.config
         where = origin(config.url) if config is not None else delivery.endpoint
-        webhook = not self.about_operator(config) and not is_operator_task(delivery.task_id)
+        # (A delivery's config is its task's: a delivery to the operator is on its task.)
+        webhook = not is_operator_task(delivery.task_id)
         self.emit(
             EventType.DELIVERY_DEAD,
             {

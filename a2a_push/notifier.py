@@ -737,7 +737,6 @@ class PushNotifier:
             if self.keyset.reload(wait=wait):
                 log.info("signing keys reloaded; active kid %s", self.keyset.active.kid)
             self._key_reload_failure = None
-            self.note_key_changes()
         except Exception as exc:
             cause = f"{type(exc).__name__}: {exc}"
             if cause != self._key_reload_failure:

@@ -11,7 +11,6 @@ stream ends for any other reason (the client went away, the agent stops).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import deque
 from collections.abc import MutableSet
 from typing import Final
@@ -24,6 +23,7 @@ from a2a_push.protocol.types import (
     TaskStatusUpdateEvent,
 )
 from a2a_push.protocol.v03 import status_update_to_v03, stream_response_to_v03
+from a2a_push.protocol.webhook_body import compact_json
 
 STREAM_QUEUE_LIMIT: Final = 256
 """Events one stream may have queued before it is dropped as too slow."""
@@ -46,17 +46,15 @@ def ends_stream(event: Task | TaskUpdate) -> bool:
     return False
 
 
-def _json(data: object) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def render_result(event: Task | TaskUpdate, version: str) -> bytes:
+def render_result(event: Task | TaskUpdate, version: str, *, final: bool | None = None) -> bytes:
     """The JSON-RPC ``result`` of one stream event: a v1.0 ``StreamResponse``, or the v0.3
-    event (``kind``; a status update's ``final`` says whether the stream ends with it)."""
+    event (``kind``; a status update's ``final`` says whether the stream ends with it).
+    ``final``: ``ends_stream(event)``, when the caller has it already."""
     if version == VERSION_0_3:
         if isinstance(event, TaskStatusUpdateEvent):
-            return _json(status_update_to_v03(event, final=ends_stream(event)))
-        return _json(stream_response_to_v03(event))
+            ends = ends_stream(event) if final is None else final
+            return compact_json(status_update_to_v03(event, final=ends))
+        return compact_json(stream_response_to_v03(event))
     return StreamResponse.wrap(event).to_json_bytes()
 
 
@@ -73,7 +71,9 @@ class StreamItem:
     def result(self, version: str) -> bytes:
         rendered = self._rendered.get(version)
         if rendered is None:
-            rendered = self._rendered[version] = render_result(self.event, version)
+            rendered = self._rendered[version] = render_result(
+                self.event, version, final=self.final
+            )
         return rendered
 
 

@@ -38,6 +38,12 @@ _TRUNCATED_NOTE: Final = (
 )
 
 
+def compact_json(data: object) -> bytes:
+    """``data`` as the compact UTF-8 JSON that webhook bodies and stream events are sent
+    as (no spaces, no ASCII escaping, no NaN)."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
 def body_renderer(
     event: PushNotificationEvent, task: Task | None, limit: int
 ) -> Callable[[str], bytes]:
@@ -102,7 +108,7 @@ def render_v03(event: PushNotificationEvent, task: Task | None, limit: int) -> b
             data = status_update_to_v03(e)
         else:
             data = artifact_update_to_v03(e)
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        return compact_json(data)
 
     body = dump(event)
     if len(body) <= limit:
