@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
-from aiohttp import web
 
-from a2a_push.mock_agent import AGENT, create_app
+from a2a_push.mock_agent import AGENT, serving
 from a2a_push.notifier import JWKS_PATH, PushNotifier
 from a2a_push.protocol.constants import HEADER_A2A_VERSION, HEADER_AUTHORIZATION, VERSION_1_0
 from a2a_push.protocol.types import TaskState
@@ -220,61 +219,49 @@ class Loop:
     # ---- the phases ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        runner: web.AppRunner | None = None
-        try:
-            sock.bind(("127.0.0.1", 0))
-            self.agent_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-            app = create_app(
-                data_dir=self.tmp / "loop-agent",
-                allow_webhook_hosts=["127.0.0.1"],
-                public_url=self.agent_url,  # the JWT issuer: the receiver's default works
-                step_delay=STEP_DELAY,
-                retry_schedule=RETRY_SCHEDULE,
-            )
-            self.notifier = app[AGENT].notifier
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            await web.SockSite(runner, sock).start()
-            self.receiver = self._receiver_process()
-
-            timeout = aiohttp.ClientTimeout(total=10)
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                self.session = session
-                self._intro()
-                took = await self.receiver.start(session)
-                self.say("receiver", f"started, pid {self._pid()}: healthy after {took:.2f} s")
-                self.stream = EventStream(
-                    session,
-                    self.receiver.url + "/events",
-                    self.receiver.api_key,
-                    self.say,
-                    self.label_of,
-                    self.style,
-                )
-                reader = asyncio.create_task(self.stream.run(), name="demo-sse")
-                try:
-                    await self.until(self._connected, "the SSE connection")
-                    await self._before_outage()
-                    await self._outage()
-                    await self._after_outage()
-                    await self._check()
-                    self.finished = True
-                finally:  # the app hangs up before its session closes
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await reader
-        finally:
-            if self.receiver is not None and self.receiver.process is not None:
-                code, _ = await self.receiver.stop()
-                if code is None:
-                    self.problems.append("the receiver had to be killed at the end")
-            if self.notifier is not None:
+        # The agent's base URL is its JWT issuer: the receiver's default works.
+        async with serving(
+            self.tmp / "loop-agent", step_delay=STEP_DELAY, retry_schedule=RETRY_SCHEDULE
+        ) as (self.agent_url, app):
+            self.notifier = notifier = app[AGENT].notifier
+            try:
+                await self._run_with_agent()
+            finally:
+                if self.receiver is not None and self.receiver.process is not None:
+                    code, _ = await self.receiver.stop()
+                    if code is None:
+                        self.problems.append("the receiver had to be killed at the end")
                 with contextlib.suppress(Exception):
-                    self.retries = await _retries(self.notifier)
-            if runner is not None:
-                await runner.cleanup()
-            sock.close()
+                    self.retries = await _retries(notifier)
+
+    async def _run_with_agent(self) -> None:
+        self.receiver = self._receiver_process()
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            self.session = session
+            self._intro()
+            took = await self.receiver.start(session)
+            self.say("receiver", f"started, pid {self._pid()}: healthy after {took:.2f} s")
+            self.stream = EventStream(
+                session,
+                self.receiver.url + "/events",
+                self.receiver.api_key,
+                self.say,
+                self.label_of,
+                self.style,
+            )
+            reader = asyncio.create_task(self.stream.run(), name="demo-sse")
+            try:
+                await self.until(self._connected, "the SSE connection")
+                await self._before_outage()
+                await self._outage()
+                await self._after_outage()
+                await self._check()
+                self.finished = True
+            finally:  # the app hangs up before its session closes
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
 
     def _intro(self) -> None:
         assert self.receiver is not None
