@@ -36,6 +36,25 @@ async def read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes | None
     return b"".join(chunks)
 
 
+# --- Server-Sent Events ---------------------------------------------------------------------
+
+SSE_KEEPALIVE_SECONDS: Final = 15.0
+"""An idle SSE stream sends a comment this often: a client that went away is noticed
+(its write fails) and proxies keep the connection open."""
+
+_SSE_HEADERS: Final = (
+    ("Content-Type", "text/event-stream"),
+    ("Cache-Control", "no-cache"),
+    ("X-Accel-Buffering", "no"),  # proxies pass each event on at once
+)
+
+
+def sse_response() -> web.StreamResponse:
+    """A response to stream Server-Sent Events on (``prepare`` it first): the receiver's
+    ``GET /events`` and the mock agent's streaming methods."""
+    return web.StreamResponse(headers=dict(_SSE_HEADERS))
+
+
 # --- Serving: requests refused before they reach the app ----------------------------------
 #
 # aiohttp answers a request it cannot parse (a header field or request line over its limit,

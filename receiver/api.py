@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from a2a_push.errors import StoreUnavailableError
-from a2a_push.httputil import read_at_most
+from a2a_push.httputil import SSE_KEEPALIVE_SECONDS, read_at_most, sse_response
 from a2a_push.metrics import METRICS_OPERATION
 from a2a_push.openapi import (
     JSON,
@@ -73,7 +73,6 @@ from .store import ReceiverStore, Subscription, SubscriptionPosition
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_SECONDS: Final = 15.0
 _MAX_EVENT_ID: Final = 2**63 - 1
 _PAGE_DEFAULT: Final = 100
 _PAGE_MAX: Final = 1000
@@ -216,15 +215,9 @@ def create_app(
                 400, "invalid", f"Last-Event-ID: an event id (0 to {_MAX_EVENT_ID}) is required"
             )
         last = int(raw)
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
+        resp = sse_response()
         await resp.prepare(request)
-        async with core.client_events(client_id, after=last, idle=KEEPALIVE_SECONDS) as stream:
+        async with core.client_events(client_id, after=last, idle=SSE_KEEPALIVE_SECONDS) as stream:
             try:
                 await resp.write(b"retry: 2000\n\n")
                 async for event in stream:

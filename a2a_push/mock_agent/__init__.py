@@ -28,6 +28,8 @@ live in memory, scoped to the caller (the same owner resolver the push-config me
 use: a digest of the ``Authorization`` header).
 """
 
+from a2a_push.httputil import SSE_KEEPALIVE_SECONDS as KEEPALIVE_SECONDS
+
 from .agent import GatewayPushConfigs, MockAgent
 from .app import (
     AGENT,
@@ -40,7 +42,7 @@ from .app import (
     serving,
 )
 from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
-from .streams import KEEPALIVE_SECONDS, STREAM_QUEUE_LIMIT
+from .streams import STREAM_QUEUE_LIMIT
 from .tasks import MAX_MESSAGE_DEPTH, TaskRecord, TaskStore
 
 __all__ = [

@@ -26,7 +26,7 @@ from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.gateway.client import GatewayClient, GatewayError, GatewayUnreachableError
-from a2a_push.httputil import run_app
+from a2a_push.httputil import SSE_KEEPALIVE_SECONDS, run_app, sse_response
 from a2a_push.logs import LogFormat
 from a2a_push.metrics import add_metrics_route
 from a2a_push.notifier import JWKS_PATH, PushNotifier
@@ -39,7 +39,6 @@ from a2a_push.store import SQLiteStore
 
 from .agent import GatewayPushConfigs, MockAgent, TaskStream
 from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
-from .streams import KEEPALIVE_SECONDS
 
 log = logging.getLogger("a2a_push.mock_agent")
 
@@ -98,7 +97,7 @@ def create_app(
     retry_schedule: Sequence[float] | None = None,
     gateway_url: str | None = None,
     gateway_key: str | None = None,
-    keepalive: float = KEEPALIVE_SECONDS,
+    keepalive: float = SSE_KEEPALIVE_SECONDS,
 ) -> web.Application:
     """The mock agent as an aiohttp application (the notifier starts and stops with it).
 
@@ -251,11 +250,6 @@ async def serving(
         sock.close()
 
 
-SSE_HEADERS: Final = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",  # proxies pass each event on at once
-}
 SSE_KEEPALIVE: Final = b": keep-alive\n\n"
 
 
@@ -266,7 +260,7 @@ async def send_events(
     (``data: {"jsonrpc": "2.0", "id": ..., "result": ...}``, spec §9.4.2), until the
     stream ends; a client that goes away ends it too (its next write fails)."""
     prefix = b'data: {"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":'
-    response = web.StreamResponse(headers=SSE_HEADERS)
+    response = sse_response()
     subscriber = stream.subscriber
     try:
         await response.prepare(request)

@@ -28,9 +28,6 @@ from a2a_push.protocol.webhook_body import compact_json
 STREAM_QUEUE_LIMIT: Final = 256
 """Events one stream may have queued before it is dropped as too slow."""
 
-KEEPALIVE_SECONDS: Final = 15.0
-"""An idle stream sends an SSE comment this often: a client that went away is noticed
-(its write fails) and proxies keep the connection open."""
 
 TaskUpdate = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
