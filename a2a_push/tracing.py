@@ -23,6 +23,7 @@ is then a child of the publish.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
@@ -106,23 +107,27 @@ def current_trace_id() -> str | None:
     return f"{context.trace_id:032x}" if context.is_valid else None
 
 
-def _inject(context: Any) -> str | None:
+@functools.cache
+def _propagator() -> Any:
+    """OpenTelemetry's W3C trace-context propagator, imported and built on first use."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+    return TraceContextTextMapPropagator()
+
+
+def _inject(context: Any) -> str | None:
     carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier, context)
+    _propagator().inject(carrier, context)
     return carrier.get(TRACEPARENT)
 
 
 def _extract(headers: Mapping[str, str] | None) -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
     if not headers:
         return None
     value = headers.get(TRACEPARENT)
     if not value:
         return None
-    return TraceContextTextMapPropagator().extract({TRACEPARENT: value})
+    return _propagator().extract({TRACEPARENT: value})
 
 
 @contextlib.contextmanager
