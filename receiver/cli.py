@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from a2a_push import logs, tracing
-from a2a_push.cli.common import PROG, print_error, unknown_variable
+from a2a_push import logs
+from a2a_push.cli.common import PROG, print_error, start_logging, unknown_variable
 from a2a_push.errors import A2APushError
 from a2a_push.httputil import run_app
 from a2a_push.listen import CannotListen, bind_sockets
@@ -123,13 +123,15 @@ def run(args: argparse.Namespace) -> int:
             prog,
         )
         return 2
-    logs.configure(settings.log_level, settings.log_format)
-    if settings.tracing:
-        try:
-            tracing.configure_service("a2a-push-receiver")
-        except tracing.TracingUnavailableError as exc:
-            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}", prog)
-            return 2
+    if not start_logging(
+        settings.log_level,
+        settings.log_format,
+        tracing_on=settings.tracing,
+        service="a2a-push-receiver",
+        tracing_setting=f"tracing (--tracing, {ENV_PREFIX}TRACING)",
+        prog=prog,
+    ):
+        return 2
     try:
         if settings.workers > 1 and not args.worker:
             return _supervise(args, settings)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn, TypeAlias
 
+from .. import logs, tracing
 from ..gateway.client import check_gateway_url
 
 PROG = "a2a-push"
@@ -111,6 +112,29 @@ def print_error(message: str, prog: str = PROG) -> None:
     (a settings error has one line per invalid setting)."""
     for line in message.splitlines() or [""]:
         print(f"{prog}: error: {line}", file=sys.stderr)
+
+
+def start_logging(
+    level: str | int,
+    log_format: logs.LogFormat,
+    *,
+    tracing_on: bool,
+    service: str,
+    tracing_setting: str,
+    prog: str = PROG,
+) -> bool:
+    """For a service's command (gateway, receiver, mock agent): log to stderr at
+    ``level`` as ``log_format`` says, then, when ``tracing_on``, export spans as
+    ``service``. False when tracing cannot start, once that is printed as
+    ``prog: error: <tracing_setting>: why``: the command then exits with 2."""
+    logs.configure(level, log_format)
+    if tracing_on:
+        try:
+            tracing.configure_service(service)
+        except tracing.TracingUnavailableError as exc:
+            print_error(f"{tracing_setting}: {exc}", prog)
+            return False
+    return True
 
 
 def note(message: str) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from a2a_push import logs, tracing
-from a2a_push.cli.common import print_error, unknown_variable
+from a2a_push import logs
+from a2a_push.cli.common import print_error, start_logging, unknown_variable
 from a2a_push.errors import StoreUnavailableError
 from a2a_push.events import key_rotated, queue_for_operator
 from a2a_push.httputil import run_app
@@ -183,13 +183,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logs.configure(str(args.log_level).upper(), settings.log_format)
-    if settings.tracing:
-        try:
-            tracing.configure_service("a2a-push-gateway")
-        except tracing.TracingUnavailableError as exc:
-            print_error(f"tracing (--tracing, {ENV_PREFIX}TRACING): {exc}")
-            return 2
+    if not start_logging(
+        str(args.log_level).upper(),
+        settings.log_format,
+        tracing_on=settings.tracing,
+        service="a2a-push-gateway",
+        tracing_setting=f"tracing (--tracing, {ENV_PREFIX}TRACING)",
+    ):
+        return 2
     if args.config is not None:
         _warn_if_others_can_read(args.config)
     # Bound before anything else: a port that is taken stops the command before it

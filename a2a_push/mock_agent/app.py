@@ -20,7 +20,6 @@ from typing import Any, Final
 from aiohttp import web
 
 from a2a_push import logs
-from a2a_push import tracing as tracing_setup
 from a2a_push.delivery.dispatcher import webhook_log
 from a2a_push.delivery.health import EndpointHealth
 from a2a_push.delivery.retry import RetryPolicy
@@ -308,13 +307,18 @@ def serve(
     if problem is not None:
         print(f"{prog}: error: --port {port}: {problem}", file=sys.stderr)
         return 2
-    logs.configure(log_level.upper(), log_format)
-    if tracing:
-        try:
-            tracing_setup.configure_service("a2a-push-mock-agent")
-        except tracing_setup.TracingUnavailableError as exc:
-            print(f"{prog}: error: --tracing: {exc}", file=sys.stderr)
-            return 2
+    # Imported here, not at the top: a2a_push.cli brings in the other commands' modules.
+    from a2a_push.cli.common import start_logging
+
+    if not start_logging(
+        log_level.upper(),
+        log_format,
+        tracing_on=tracing,
+        service="a2a-push-mock-agent",
+        tracing_setting="--tracing",
+        prog=prog,
+    ):
+        return 2
     if logging.getLogger().isEnabledFor(logging.WARNING):
         # Retries are INFO in the notifier's webhook log; this console shows them.
         webhook_log.setLevel(min(logging.INFO, logging.getLogger().getEffectiveLevel()))
