@@ -634,8 +634,7 @@ class PushNotifier:
         if protocol_version not in (VERSION_1_0, VERSION_0_3):
             raise InvalidConfigError("protocolVersion", f"unsupported: {protocol_version!r}")
         self.address_policy.validate_url(config.url)
-        if config.token and stdwh.is_standard_webhooks_secret(config.token):
-            stdwh.sign(config.token, "msg_check", 0, b"")  # raises InvalidConfigError("token")
+        stdwh.check_secret(config.token)
         if self.resolve_on_register:
             await self.address_policy.check_url(config.url)
         return CheckedConfig(config, target_task, protocol_version)
@@ -963,7 +962,8 @@ def _check_arguments(
 
 
 def _check_operator(policy: AddressPolicy, url: object, token: object) -> str | None:
-    """The operator URL, checked as a webhook URL is (syntax and SSRF policy)."""
+    """The operator URL, checked with its token as check_config checks a push config's
+    (the URL's syntax and SSRF policy, a ``whsec_`` token's secret)."""
     if url is None:
         if token is not None:
             raise ValueError("PushNotifier(): operator_token= needs an operator_url=")
@@ -974,8 +974,7 @@ def _check_operator(policy: AddressPolicy, url: object, token: object) -> str | 
         raise TypeError("PushNotifier(): operator_token must be a non-empty str")
     try:
         policy.validate_url(url, "operator_url")
-        if token and stdwh.is_standard_webhooks_secret(token):
-            stdwh.sign(token, "msg_check", 0, b"")
+        stdwh.check_secret(token)
     except InvalidConfigError as exc:
         what = "operator_token" if exc.field == "token" else "operator_url"
         raise ValueError(f"PushNotifier(): {what}: {exc.message}") from None

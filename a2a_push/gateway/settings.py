@@ -245,11 +245,10 @@ class GatewaySettings(_Model):
         secret = value.get_secret_value() if value is not None else ""
         if not secret:
             return None
-        if stdwh.is_standard_webhooks_secret(secret):
-            try:
-                stdwh.sign(secret, "msg_check", 0, b"")
-            except InvalidConfigError as exc:
-                raise ValueError(exc.message) from None
+        try:  # checked as any push config's token is
+            stdwh.check_secret(secret)
+        except InvalidConfigError as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @model_validator(mode="after")

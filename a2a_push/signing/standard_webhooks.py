@@ -34,6 +34,14 @@ def is_standard_webhooks_secret(token: str | None) -> bool:
     return token is not None and token.startswith(STANDARD_WEBHOOKS_SECRET_PREFIX)
 
 
+def check_secret(token: str | None) -> None:
+    """Refuse a push config's ``token`` that is a Standard Webhooks secret (``whsec_...``)
+    no webhook could be signed with: ``InvalidConfigError`` with ``field`` ``"token"``.
+    Any other token (a bearer value sent as it is), or none, passes."""
+    if token and is_standard_webhooks_secret(token):
+        _secret_key(token)
+
+
 def _secret_key(secret: str) -> bytes:
     if not is_standard_webhooks_secret(secret):
         raise InvalidConfigError(
