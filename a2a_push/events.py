@@ -122,6 +122,8 @@ async def enqueue_event(store: Store, event: OperationalEvent) -> list[str]:
     """Queue ``event`` for the operator config stored in ``store`` (nothing when there
     is none, or it is disabled); the delivery ids. Idempotent by event id: the same
     event queued twice (by two processes) is one delivery."""
+    from .notifier import Retention  # (the notifier imports this module)
+
     body = event.body()
     _, ids = await store.enqueue(
         OPERATOR_TASK,
@@ -129,8 +131,8 @@ async def enqueue_event(store: Store, event: OperationalEvent) -> list[str]:
         lambda _version: body,
         new_id=new_delivery_id,
         idempotency_key="op:" + event.id,
-        # (The notifier's retention purges idempotency keys after a day by default.)
-        idempotency_since=time.time() - 24 * 3600.0,
+        # As long as the notifier's retention keeps idempotency keys by default.
+        idempotency_since=time.time() - Retention.idempotency_keys,
     )
     return ids
 
