@@ -421,6 +421,11 @@ class SQLStore(RowMapping, Store, abc.ABC):
     async def complete(self, outcomes: Sequence[Outcome], *, now: float | None = None) -> None:
         if not outcomes:
             return
+        if self._outcome_batches and now is None and len(outcomes) == 1:
+            # Written with the other outcomes of the moment (see _ChainBatcher), its lane
+            # left unleased.
+            await self._batcher().submit(_Chained(outcomes[0], None, outcomes[0].worker_id))
+            return
         history = attempt_rows(outcomes) if self.options.attempt_history else ()
 
         async def op(tx: Tx) -> None:
@@ -599,11 +604,12 @@ class SQLStore(RowMapping, Store, abc.ABC):
 
 @dataclass(frozen=True, slots=True)
 class _Chained:
-    """An outcome, and the lease its worker takes on the lane's next delivery."""
+    """An outcome, and the lease its worker takes on the lane's next delivery (none
+    when ``lease_seconds`` is None: the lane goes back to the outbox)."""
 
     outcome: Outcome
-    lease_seconds: float
-    worker_id: str
+    lease_seconds: float | None
+    worker_id: str | None
 
 
 def attempt_rows(outcomes: Iterable[Outcome]) -> list[tuple[Any, ...]]:
@@ -640,7 +646,12 @@ def _chain_op(
         # The leases run from the transaction's time once the locks are held.
         at = await tx.lock_tasks([item.outcome.task_id for item in items], now, rows)
         shift = tx.clock_shift(at, now)
-        leases = [(at, at + item.lease_seconds, item.worker_id) for item in items]
+        leases: list[Lease | None] = [
+            None
+            if item.lease_seconds is None or item.worker_id is None
+            else (at, at + item.lease_seconds, item.worker_id)
+            for item in items
+        ]
         finished = await _finish_many(tx, items, leases, at)
         heads = []
         for i, item in enumerate(items):
@@ -652,7 +663,7 @@ def _chain_op(
                     at,
                     shift=shift,
                     lease_next=leases[i],
-                    finished=None if done is None else done[:2],
+                    finished=None if done is None else done[:3],
                 )
             )
         leased = [head for head in heads if head is not None]
@@ -661,7 +672,7 @@ def _chain_op(
         if len(finished) == len(items) and all(_plain(item.outcome) for item in items):
             # finish_and_lease_many read the leased deliveries and their configs, and
             # nothing this transaction did since touches them.
-            return [None if head is None else finished[i][2] for i, head in enumerate(heads)]
+            return [None if head is None else finished[i][3] for i, head in enumerate(heads)]
         # The leased deliveries with their configs, read once every outcome (and what it
         # did to its config) is written.
         found = {
@@ -832,14 +843,15 @@ def _plain(o: Outcome) -> bool:
 
 
 async def _finish_many(
-    tx: Tx, items: Sequence[_Chained], leases: Sequence[Lease], at: float
-) -> dict[int, tuple[bool, str | None, Any]]:
+    tx: Tx, items: Sequence[_Chained], leases: Sequence[Lease | None], at: float
+) -> dict[int, tuple[bool, str | None, bool, Any]]:
     """For a backend whose every statement is a round trip: the fusable outcomes of a
-    batch written, and their lanes' next deliveries leased, in one statement
+    batch written, and their lanes' next deliveries leased (or, for an outcome with no
+    lease, their lanes pointed at their next deliveries), in one statement
     (finish_and_lease_many) instead of one each. Returns, by position in ``items``,
-    whether each wrote, what it leased, and the row of the leased delivery with its
-    config (or of NULLs); the others (and a second outcome on a lane already in the
-    statement) are left to ``_apply_outcome``'s own statements."""
+    whether each wrote, what it leased, whether its lane moved on, and the row of the
+    leased delivery with its config (or of NULLs); the others (and a second outcome on
+    a lane already in the statement) are left to ``_apply_outcome``'s own statements."""
     if not tx.fuses_statements:
         return {}
     picked: list[int] = []
@@ -852,9 +864,10 @@ async def _finish_many(
             picked.append(i)
             lanes.add(lane)
             ids.add(o.delivery_id)
-    if len(picked) < 2:
-        return {}  # one outcome: finish_and_lease_next is the same single round trip
+    if not picked or (len(picked) == 1 and leases[picked[0]] is not None):
+        return {}  # one lease: finish_and_lease_next is the same single round trip
     outcomes = [items[i].outcome for i in picked]
+    taken = [leases[i] for i in picked]
     rows = await tx.fetch(
         "finish_and_lease_many",
         ["delivered" if o.kind == "delivered" else "dead" for o in outcomes],
@@ -865,14 +878,15 @@ async def _finish_many(
         [o.config_key for o in outcomes],
         [o.task_id for o in outcomes],
         [o.worker_id for o in outcomes],
-        [leases[i][1] for i in picked],
-        [leases[i][2] for i in picked],
+        [None if lease is None else lease[1] for lease in taken],
+        [None if lease is None else lease[2] for lease in taken],
         at,
     )
     return {
         picked[row["ord"] - 1]: (
             bool(row["changed"]),
             None if row["leased"] is None else str(row["leased"]),
+            bool(row["advanced"]),
             row,
         )
         for row in rows
@@ -886,7 +900,7 @@ async def _apply_outcome(
     *,
     shift: float = 0.0,
     lease_next: Lease | None = None,
-    finished: tuple[bool, str | None] | None = None,
+    finished: tuple[bool, str | None, bool] | None = None,
 ) -> str | None:
     """Record ``o``; with ``lease_next``, also lease the lane's next delivery if it is due
     now and return its id. ``finished``: ``o`` was written already (by _finish_many),
@@ -898,13 +912,13 @@ async def _apply_outcome(
     once (a worker behind the database would claim, defer and claim again in a loop)."""
     leased: str | None = None
     changed: bool | int
-    fused = False
+    fused = advanced = False
     # Each write leaves the delivery alone when another worker holds the lane's lease now
     # (it took the lane over after o.worker_id's lease ran out: its outcome is the one
     # that counts), in the same statement that checks it.
     lane = (o.config_key, o.task_id, o.worker_id)
     if finished is not None:
-        changed, leased = finished
+        changed, leased, advanced = finished
         fused = True
     elif o.kind == "defer":
         assert o.next_attempt_at is not None
@@ -950,7 +964,7 @@ async def _apply_outcome(
         )
     if changed:
         if fused:
-            if leased is None:  # nothing due to lease: the lane moves on as usual
+            if leased is None and not advanced:  # the lane moves on as usual
                 await _advance_lane(tx, o.config_key, o.task_id, now=at)
         elif lease_next is not None and o.disable_config is None and o.kind != "defer":
             leased = await _advance_lane(tx, o.config_key, o.task_id, lease_next=lease_next, now=at)

@@ -837,6 +837,60 @@ async def test_delivered_outcomes_together_hand_out_their_lanes_next_deliveries(
     assert await store.claim_due(10, lease_seconds=30, worker_id="y", now=NOW) == []
 
 
+async def test_outcomes_that_end_a_chain_hand_their_lanes_back_together(
+    store: Store,
+) -> None:
+    """Outcomes recorded without leasing the next delivery (a worker's chain of a lane
+    ends, and the lane goes back behind the others) also share a transaction: each lane
+    points at its next delivery, due now and leased to no one; a lane with nothing
+    left goes; a late outcome changes nothing. On PostgreSQL the finished ones, and
+    their lanes, are one statement."""
+    await store.put_config(config("late", id="a"))
+    late_id = (await enqueue(store, "late"))[1][0]
+    (late,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 31)
+    assert taken.id == late_id
+    busy = [f"t{i}" for i in range(4)]
+    for task in [*busy, "single"]:
+        await store.put_config(config(task, id="a"))
+        for _ in range(1 if task == "single" else 2):
+            await enqueue(store, task)
+    claimed = {
+        d.task_id: d
+        for d in await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
+    }
+    assert sorted(claimed) == sorted([*busy, "single"])
+    kinds = {"t0": "delivered", "t1": "dead", "t2": "delivered", "t3": "delivered"}
+    outcomes = [
+        done(claimed[t], kinds[t], worker_id="w", status=200 if kinds[t] == "delivered" else 500)
+        for t in busy
+    ]
+    outcomes.append(done(claimed["single"], worker_id="w", status=200))
+    trips = store.round_trips
+    # No now=: outcomes timed by the store (the database's clock) share transactions.
+    await asyncio.gather(*(store.complete([o]) for o in outcomes))
+    if store.__class__.__name__ == "PostgresStore":
+        # BEGIN, the locks, the outcomes written and their lanes moved on (one
+        # statement), the dead one's failure clock, the lane of "single" dropped (its
+        # head, its delete), COMMIT. Alone, each would be a transaction of its own.
+        assert store.round_trips - trips == 7
+    await store.complete([done(late, worker_id="w", status=200)])
+    still = await store.get_delivery(late_id)
+    assert still is not None and still.state is DeliveryState.PENDING
+    for task in busy:
+        first = await store.get_delivery(claimed[task].id)
+        assert first is not None and first.state.value == kinds[task]
+    # The lanes are due at once and leased to no one: another worker claims each
+    # lane's next delivery ("single" has nothing left; x's lease on the late lane, on
+    # the test's clock, ran out long before the real one).
+    now = time.time() + 1
+    nexts = await store.claim_due(10, lease_seconds=30, worker_id="y", now=now)
+    assert sorted((d.task_id, d.seq) for d in nexts) == [("late", 1)] + [(t, 2) for t in busy]
+    assert all(d.config is not None for d in nexts)
+    stats = await store.stats(now=now)
+    assert stats.pending == len(busy) + 1 and stats.leased == len(busy) + 1
+
+
 async def test_a_fan_out_writes_its_seq_deliveries_and_lanes_together(store: Store) -> None:
     """A publish to three configs: one seq, a delivery each, a lane each (opened once).
     Where statements cost a round trip (PostgreSQL), the seq, the deliveries and the

@@ -370,10 +370,14 @@ SELECT (SELECT count(*) FROM done)::int AS changed, (SELECT head_id FROM leased)
 -- finish_and_lease_next for several outcomes, each on a lane of its own, in one
 -- statement: $1-$10 are the outcomes' columns as arrays (state, attempts, status, error,
 -- delivery id, config key, task id, worker whose outcome it is, lease until, worker
--- taking the lease), $11 the transaction's time. One row per outcome, in the order
--- given (ord, from 1): changed (0 or 1), the id leased or NULL, and the leased delivery
--- with its config (the columns of deliveries_with_configs, as this statement found
--- them: it changes neither).
+-- taking the lease), $11 the transaction's time. An outcome with no lease (until NULL),
+-- or whose lane's next delivery is not due yet, points its lane at that delivery, due
+-- at its next attempt but not before $11 and leased to no one (as set_lane_head does).
+-- One row per outcome, in the order given (ord, from 1): changed (0 or 1), the id
+-- leased or NULL, advanced (1 when the lane was moved on or leased here; 0: the lane
+-- is still to be moved on, or dropped when nothing of it is pending), and the leased
+-- delivery with its config (the columns of deliveries_with_configs, as this statement
+-- found them: it changes neither).
 WITH item AS (
     SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::text[], $9::float8[], $10::text[])
@@ -396,7 +400,8 @@ WITH item AS (
       )
     RETURNING d.id
 ), head AS (
-    SELECT i.config_key, i.task_id, h.id, h.next_attempt_at, i.until, i.taker
+    SELECT i.config_key, i.task_id, h.id, h.next_attempt_at,
+           (i.until IS NOT NULL AND h.next_attempt_at <= $11) AS take, i.until, i.taker
     FROM item i JOIN done ON done.id = i.id
     CROSS JOIN LATERAL (
         SELECT id, next_attempt_at FROM deliveries
@@ -404,14 +409,18 @@ WITH item AS (
           AND id <> i.id
         ORDER BY seq LIMIT 1
     ) AS h
-), leased AS (
-    UPDATE lanes SET head_id = head.id, due_at = head.until, lease_owner = head.taker
+), moved AS (
+    UPDATE lanes SET head_id = head.id,
+           due_at = CASE WHEN head.take THEN head.until
+                         ELSE greatest(head.next_attempt_at, $11) END,
+           lease_owner = CASE WHEN head.take THEN head.taker END
     FROM head
     WHERE lanes.config_key = head.config_key AND lanes.task_id = head.task_id
-      AND head.next_attempt_at <= $11
-    RETURNING lanes.config_key, lanes.task_id, lanes.head_id
+    RETURNING lanes.config_key, lanes.task_id, lanes.head_id, head.take
 )
-SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id AS leased,
+SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed,
+       CASE WHEN moved.take THEN moved.head_id END AS leased,
+       (moved.head_id IS NOT NULL)::int AS advanced,
        d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
        d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
        c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
@@ -421,8 +430,8 @@ SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed, leased.head_id 
        c.failing_since AS c_failing_since, c.created_at AS c_created_at
 FROM item i
 LEFT JOIN done ON done.id = i.id
-LEFT JOIN leased ON leased.config_key = i.config_key AND leased.task_id = i.task_id
-LEFT JOIN deliveries d ON d.id = leased.head_id
+LEFT JOIN moved ON moved.config_key = i.config_key AND moved.task_id = i.task_id
+LEFT JOIN deliveries d ON d.id = moved.head_id AND moved.take
 LEFT JOIN configs c ON c.key = d.config_key
 ORDER BY i.ord;
 
