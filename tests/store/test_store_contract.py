@@ -11,6 +11,7 @@ import pytest
 
 from a2a_push.errors import InvalidConfigError, TooManyConfigsError
 from a2a_push.store import (
+    Delivery,
     DeliveryFilter,
     DeliveryState,
     InitialDelivery,
@@ -741,27 +742,38 @@ async def test_complete_and_claim_next_streams_a_lane(store: Store) -> None:
     assert (await store.stats(now=NOW + 60)).pending == 0
 
 
+async def _late_and_busy_lanes(
+    store: Store, busy: list[str], *, depth: int
+) -> tuple[Delivery, dict[str, Delivery]]:
+    """A late claim (the lane "late" claimed by w, then taken over by x once w's lease
+    ran out), and w's claims of the lanes of ``busy`` (``depth`` deliveries each) and of
+    "single" (one delivery), by task."""
+    await store.put_config(config("late", id="a"))
+    late_id = (await enqueue(store, "late"))[1][0]
+    (late,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
+    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 31)
+    assert taken.id == late_id
+    for task in [*busy, "single"]:
+        await store.put_config(config(task, id="a"))
+        for _ in range(1 if task == "single" else depth):
+            await enqueue(store, task)
+    claimed = {
+        d.task_id: d
+        for d in await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
+    }
+    assert sorted(claimed) == sorted([*busy, "single"])
+    return late, claimed
+
+
 async def test_outcomes_arriving_together_each_advance_their_own_lane(store: Store) -> None:
     """Outcomes that arrive at once share one transaction where statements cost a round
     trip (on PostgreSQL the finished ones are written, and their lanes' next deliveries
     leased, by one statement). Each still does exactly what it would alone: delivered
     and dead ones lease their lane's next delivery, a lane with nothing left goes, and a
     late outcome (its lane taken over by another worker) changes nothing."""
-    await store.put_config(config("late", id="a"))
-    late_id = (await enqueue(store, "late"))[1][0]
-    (late,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
-    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 31)
-    assert taken.id == late_id
     streamed = [f"t{i}" for i in range(5)]
-    for task in [*streamed, "single"]:
-        await store.put_config(config(task, id="a"))
-        for _ in range(1 if task == "single" else 3):
-            await enqueue(store, task)
-    claimed = {
-        d.task_id: d
-        for d in await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
-    }
-    assert sorted(claimed) == sorted([*streamed, "single"])
+    late, claimed = await _late_and_busy_lanes(store, streamed, depth=3)
+    late_id = late.id
     kinds = {"t0": "dead", "t1": "delivered", "t2": "delivered", "t3": "dead", "t4": "delivered"}
     outcomes = [
         done(
@@ -845,21 +857,9 @@ async def test_outcomes_that_end_a_chain_hand_their_lanes_back_together(
     points at its next delivery, due now and leased to no one; a lane with nothing
     left goes; a late outcome changes nothing. On PostgreSQL the finished ones, and
     their lanes, are one statement."""
-    await store.put_config(config("late", id="a"))
-    late_id = (await enqueue(store, "late"))[1][0]
-    (late,) = await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW)
-    (taken,) = await store.claim_due(10, lease_seconds=30, worker_id="x", now=NOW + 31)
-    assert taken.id == late_id
     busy = [f"t{i}" for i in range(4)]
-    for task in [*busy, "single"]:
-        await store.put_config(config(task, id="a"))
-        for _ in range(1 if task == "single" else 2):
-            await enqueue(store, task)
-    claimed = {
-        d.task_id: d
-        for d in await store.claim_due(10, lease_seconds=30, worker_id="w", now=NOW + 31)
-    }
-    assert sorted(claimed) == sorted([*busy, "single"])
+    late, claimed = await _late_and_busy_lanes(store, busy, depth=2)
+    late_id = late.id
     kinds = {"t0": "delivered", "t1": "dead", "t2": "delivered", "t3": "delivered"}
     outcomes = [
         done(claimed[t], kinds[t], worker_id="w", status=200 if kinds[t] == "delivered" else 500)
