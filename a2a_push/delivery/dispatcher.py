@@ -21,6 +21,7 @@ import os
 import shlex
 import time
 from collections import Counter as _Counter
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -101,6 +102,11 @@ def _transient(exc: Exception) -> bool:
     return isinstance(exc, TimeoutError | ConnectionError | StoreBusyError)
 
 
+def _slot_handed(waiter: asyncio.Future[bool]) -> bool:
+    """Whether an endpoint slot was handed to ``waiter`` (it then holds one)."""
+    return waiter.done() and not waiter.cancelled() and waiter.result()
+
+
 @contextlib.contextmanager
 def _bookkeeping() -> Iterator[None]:
     try:
@@ -179,8 +185,9 @@ class Dispatcher:
         # Deliveries claimed and not yet finished, per endpoint (chained lanes included).
         self._held: _Counter[str] = _Counter()
         self._writing: _Counter[str] = _Counter()  # held deliveries writing outcomes
-        self._waiting: _Counter[str] = _Counter()
-        self._endpoint_freed: dict[str, asyncio.Event] = {}
+        # Per endpoint, the deliveries waiting for one of its slots, first come first
+        # served: a freed slot passes to the first of them (see _endpoint_slot).
+        self._slot_queues: dict[str, deque[asyncio.Future[bool]]] = {}
         # (config key, outcome) -> (when its last line was written, lines left out since)
         self._logged: dict[tuple[str, str], tuple[float, int]] = {}
         self._runner: asyncio.Task[None] | None = None
@@ -209,8 +216,10 @@ class Dispatcher:
         self._stopping = True
         self._wake.set()
         self._slot_freed.set()
-        for slot_freed in self._endpoint_freed.values():
-            slot_freed.set()  # wakes the waiters (see _endpoint_slot)
+        for queue in self._slot_queues.values():
+            for waiter in queue:
+                if not waiter.done():
+                    waiter.set_result(False)  # no slot: they release their lanes
         with contextlib.suppress(asyncio.CancelledError):
             await self._runner
         self._runner = None
@@ -239,7 +248,7 @@ class Dispatcher:
             "in_flight": len(self._in_flight),
             "per_endpoint": dict(self._per_endpoint),
             "held": dict(self._held),
-            "waiting": dict(self._waiting),
+            "waiting": {e: len(queue) for e, queue in self._slot_queues.items() if queue},
             "stopping": self._stopping,
         }
 
@@ -432,52 +441,62 @@ class Dispatcher:
             del self._held[endpoint]
 
     def _release_endpoint_slot(self, endpoint: str) -> None:
+        queue = self._slot_queues.get(endpoint)
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():  # (one whose wait ended is skipped)
+                waiter.set_result(True)  # the slot passes on: the endpoint's count stays
+                return
         self._per_endpoint[endpoint] -= 1
         if self._per_endpoint[endpoint] <= 0:
             del self._per_endpoint[endpoint]
-        slot_freed = self._endpoint_freed.get(endpoint)
-        if slot_freed is not None:
-            slot_freed.set()
 
     def _stop_begun(self) -> bool:
         return self._stopping  # (a call: read afresh after an await, mypy agreeing)
 
     async def _endpoint_slot(self, endpoint: str, deadline: float) -> bool:
         """Take one of the endpoint's in-flight slots, waiting in memory (not in the
-        database) behind fewer than twice ``per_endpoint`` others, until ``deadline`` (monotonic);
-        False when the queue is full, the deadline passes or ``stop()`` has begun (requests
-        on the wire then finish, and none starts: the claim is released, unsent)."""
+        database) behind fewer than twice ``per_endpoint`` others, until ``deadline``
+        (monotonic); False when the queue is full, the deadline passes or ``stop()`` has
+        begun (requests on the wire then finish, and none starts: the claim is released,
+        unsent).
+
+        Waiters are served in turn: a slot that frees passes straight to the first of
+        them, which alone wakes (not every waiter, to find all but one slot taken)."""
         if self._stopping:
             return False
         cap = self.options.per_endpoint
-        if self._per_endpoint[endpoint] < cap:
+        queue = self._slot_queues.get(endpoint)
+        if not queue and self._per_endpoint[endpoint] < cap:
             self._per_endpoint[endpoint] += 1
             return True
-        if self._waiting[endpoint] >= 2 * cap:
+        if queue is None:
+            queue = self._slot_queues[endpoint] = deque()
+        remaining = deadline - time.monotonic()
+        if len(queue) >= 2 * cap or remaining <= 0:
+            if not queue:
+                del self._slot_queues[endpoint]
             return False
-        self._waiting[endpoint] += 1
-        freed = self._endpoint_freed.setdefault(endpoint, asyncio.Event())
+        handed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        queue.append(handed)
+        got = False
         try:
-            while True:
-                freed.clear()  # before the check, so a release after it is not missed
-                if self._stop_begun():
-                    # Graceful stop: requests on the wire finish, none starts. The lane
-                    # is released, and sent in order after the next start.
-                    return False
-                if self._per_endpoint[endpoint] < cap:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(freed.wait(), remaining)
-            self._per_endpoint[endpoint] += 1
-            return True
+            try:
+                async with asyncio.timeout(remaining):
+                    got = await handed
+            except TimeoutError:
+                got = _slot_handed(handed)  # it came as the time ran out: it is ours
+            return got
         finally:
-            self._waiting[endpoint] -= 1
-            if self._waiting[endpoint] <= 0:
-                del self._waiting[endpoint]
-                self._endpoint_freed.pop(endpoint, None)
+            if not handed.done():
+                handed.cancel()
+            elif not got and _slot_handed(handed):
+                # Handed over as this wait was cancelled: pass it on.
+                self._release_endpoint_slot(endpoint)
+            with contextlib.suppress(ValueError):
+                queue.remove(handed)  # (the releaser took it out already, mostly)
+            if not queue and self._slot_queues.get(endpoint) is queue:
+                del self._slot_queues[endpoint]
 
     async def _attempt_and_record(
         self,

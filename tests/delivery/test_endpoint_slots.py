@@ -1,0 +1,123 @@
+"""The dispatcher's in-memory endpoint slots: at most ``per_endpoint`` requests on the
+wire per endpoint, and the deliveries waiting for a slot served in turn, a freed slot
+passing straight to the first of them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from a2a_push.delivery.dispatcher import Dispatcher, DispatcherOptions
+from a2a_push.delivery.ssrf import AddressPolicy
+from a2a_push.delivery.transport import Transport
+from a2a_push.store.memory import MemoryStore
+
+ENDPOINT = "http://127.0.0.1:9"
+
+
+def _dispatcher(per_endpoint: int) -> Dispatcher:
+    return Dispatcher(
+        MemoryStore(),
+        Transport(AddressPolicy(allow_loopback=True)),
+        None,
+        options=DispatcherOptions(per_endpoint=per_endpoint),
+    )
+
+
+def _wait(d: Dispatcher, seconds: float = 10.0) -> asyncio.Task[bool]:
+    return asyncio.create_task(d._endpoint_slot(ENDPOINT, time.monotonic() + seconds))
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _waiting(d: Dispatcher) -> int:
+    waiting = d.debug_state()["waiting"]
+    assert isinstance(waiting, dict)
+    return int(waiting.get(ENDPOINT, 0))
+
+
+async def test_a_freed_slot_goes_to_the_first_waiter_alone() -> None:
+    d = _dispatcher(per_endpoint=1)
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    first, second = _wait(d), _wait(d)
+    await _settle()
+    assert _waiting(d) == 2 and not first.done() and not second.done()
+
+    d._release_endpoint_slot(ENDPOINT)
+    await _settle()
+    assert first.done() and await first  # the slot passed on: still one on the wire
+    assert not second.done()
+    assert d.endpoint_load() == {ENDPOINT: 1} and _waiting(d) == 1
+
+    d._release_endpoint_slot(ENDPOINT)
+    assert await second
+    assert d.endpoint_load() == {ENDPOINT: 1} and _waiting(d) == 0
+    d._release_endpoint_slot(ENDPOINT)
+    assert d.endpoint_load() == {}
+
+
+async def test_a_new_delivery_queues_behind_waiters_instead_of_taking_the_slot() -> None:
+    d = _dispatcher(per_endpoint=1)
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    waiter = _wait(d)
+    await _settle()
+    d._release_endpoint_slot(ENDPOINT)
+    late = _wait(d)  # arrives after the release, before the waiter has run
+    await _settle()
+    assert await waiter and not late.done()
+    d._release_endpoint_slot(ENDPOINT)
+    assert await late
+
+
+async def test_a_wait_that_runs_out_leaves_the_queue_and_the_count() -> None:
+    d = _dispatcher(per_endpoint=1)
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    assert not await d._endpoint_slot(ENDPOINT, time.monotonic() + 0.05)
+    assert _waiting(d) == 0
+    d._release_endpoint_slot(ENDPOINT)
+    assert d.endpoint_load() == {}  # nobody was handed the slot
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_a_slot_passes_it_on() -> None:
+    d = _dispatcher(per_endpoint=1)
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    first, second = _wait(d), _wait(d)
+    await _settle()
+    d._release_endpoint_slot(ENDPOINT)  # handed to the first...
+    first.cancel()  # ...which is cancelled before it runs
+    await _settle()
+    assert first.cancelled()
+    assert second.done() and await second
+    assert d.endpoint_load() == {ENDPOINT: 1}
+    d._release_endpoint_slot(ENDPOINT)
+    assert d.endpoint_load() == {}
+
+    # With nobody else waiting, the slot it was handed is given back.
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    alone = _wait(d)
+    await _settle()
+    d._release_endpoint_slot(ENDPOINT)
+    alone.cancel()
+    await _settle()
+    assert alone.cancelled() and d.endpoint_load() == {} and _waiting(d) == 0
+
+
+async def test_at_most_twice_per_endpoint_wait_and_stop_turns_them_away() -> None:
+    d = _dispatcher(per_endpoint=2)
+    for _ in range(2):
+        assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    waiters = [_wait(d) for _ in range(4)]
+    await _settle()
+    assert _waiting(d) == 4
+    assert not await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)  # the queue is full
+    d.start()
+    await d.stop()
+    assert [await w for w in waiters] == [False] * 4
+    assert _waiting(d) == 0
+    assert not await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)  # stopped
+    for _ in range(2):
+        d._release_endpoint_slot(ENDPOINT)
+    assert d.endpoint_load() == {}
