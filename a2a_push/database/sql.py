@@ -17,15 +17,37 @@ from typing import Any, Final
 
 OUTBOX_SQL: Final = "a2a_push.store.sql"
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{(_\w+)\}\}")
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 @cache
 def queries(backend: str, package: str = OUTBOX_SQL) -> dict[str, str]:
-    """The named queries of ``<package>/<backend>/queries.sql`` ("-- name: x" blocks)."""
+    """The named queries of ``<package>/<backend>/queries.sql`` ("-- name: x" blocks).
+
+    A block whose name starts with ``_`` is a fragment, not a query: a query includes it
+    as ``{{_name}}`` (its comment lines left out), so a column list used by several
+    queries is written once."""
     text = resources.files(package).joinpath(backend, "queries.sql").read_text("utf-8")
     parts = _NAME.split(text)
-    return {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2])}
+    named = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2])}
+    fragments = {
+        name: "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+        for name, body in named.items()
+        if name.startswith("_")
+    }
+
+    def include(match: re.Match[str]) -> str:
+        try:
+            return fragments[match.group(1)]
+        except KeyError:
+            raise ValueError(
+                f"{package}/{backend}/queries.sql: no fragment named {match.group(1)!r}"
+            ) from None
+
+    return {
+        name: _INCLUDE.sub(include, sql) for name, sql in named.items() if name not in fragments
+    }
 
 
 def _statement(body: str) -> str:

@@ -2,6 +2,18 @@
 -- (store/sqlstore.py) runs the same names on both SQL backends with the same positional
 -- parameters: $N here is ?N in the SQLite file.
 
+-- name: _claimed_columns
+-- A fragment, not a query (its name starts with _): the columns of a claimed
+-- delivery (d) and its config (c, as c_*), as RowMapping._claimed_from_row reads
+-- them; a query includes it as {{_claimed_columns}}.
+d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
+       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
+       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
+       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
+       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
+       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
+       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+
 -- ---- migrations ---------------------------------------------------------------------
 
 -- name: lock_migrations
@@ -284,13 +296,7 @@ WITH clock AS (
 )
 SELECT l.config_key AS lane_config_key, l.task_id AS lane_task_id,
        l.endpoint AS lane_endpoint, l.window_size, (SELECT now FROM clock) AS now,
-       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
-       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
-       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
-       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
-       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
-       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+       {{_claimed_columns}}
 FROM ranked l
 JOIN deliveries d ON d.id = l.head_id
 LEFT JOIN configs c ON c.key = l.config_key
@@ -305,13 +311,7 @@ FROM unnest($3::text[], $4::text[]) AS k (config_key, task_id)
 WHERE lanes.config_key = k.config_key AND lanes.task_id = k.task_id;
 
 -- name: deliveries_with_configs
-SELECT d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
-       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
-       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
-       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
-       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
-       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+SELECT {{_claimed_columns}}
 FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
 WHERE d.id = ANY ($1::text[]);
 
@@ -421,13 +421,7 @@ WITH item AS (
 SELECT i.ord::int AS ord, (done.id IS NOT NULL)::int AS changed,
        CASE WHEN moved.take THEN moved.head_id END AS leased,
        (moved.head_id IS NOT NULL)::int AS advanced,
-       d.id, d.config_key, d.task_id, d.seq, d.kind, d.body, d.state, d.attempts, d.rounds,
-       d.next_attempt_at, d.created_at, d.updated_at, d.last_status, d.last_error, d.traceparent,
-       c.key AS c_key, c.id AS c_id, c.task_id AS c_task_id, c.owner AS c_owner,
-       c.tenant AS c_tenant, c.url AS c_url, c.auth_scheme AS c_auth_scheme,
-       c.secrets AS c_secrets, c.protocol_version AS c_protocol_version,
-       c.enabled AS c_enabled, c.disabled_reason AS c_disabled_reason,
-       c.failing_since AS c_failing_since, c.created_at AS c_created_at
+       {{_claimed_columns}}
 FROM item i
 LEFT JOIN done ON done.id = i.id
 LEFT JOIN moved ON moved.config_key = i.config_key AND moved.task_id = i.task_id
