@@ -38,18 +38,30 @@ def require_chromium() -> str:
 
 
 @asynccontextmanager
-async def chromium(**context: Any) -> AsyncIterator[Any]:
-    """A headless Chromium browser context (``context``: new_context's arguments)."""
+async def launched() -> AsyncIterator[Any]:
+    """A headless Chromium browser, for :func:`chromium`'s contexts (one launch shared by
+    several tests costs less than a launch per context)."""
     from playwright.async_api import async_playwright
 
     path = require_chromium()
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
         try:
-            ctx = await browser.new_context(**context)
-            try:
-                yield ctx
-            finally:
-                await ctx.close()
+            yield browser
         finally:
             await browser.close()
+
+
+@asynccontextmanager
+async def chromium(browser: Any = None, **context: Any) -> AsyncIterator[Any]:
+    """A headless Chromium browser context (``context``: new_context's arguments), in
+    ``browser`` (from :func:`launched`) or in a browser of its own."""
+    if browser is None:
+        async with launched() as own, chromium(own, **context) as ctx:
+            yield ctx
+        return
+    ctx = await browser.new_context(**context)
+    try:
+        yield ctx
+    finally:
+        await ctx.close()

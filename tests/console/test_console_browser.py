@@ -18,22 +18,32 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+import pytest_asyncio
 
 from a2a_push.testing import SinkResponse, WebhookSink
 
 from ..conftest import postgres_schema, require_postgres
 from ..gateway_support import ADMIN_KEY, AGENT_KEY, gateway_settings, running_gateway
-from .browser import chromium, require_chromium
+from .browser import chromium, launched, require_chromium
 from .conftest import ADMIN_KEY as NOTIFIER_ADMIN_KEY
 from .conftest import console_rig, status_event
 
 XSS_BODY = b"<script>window.__xss = 1</script><img src=x onerror='window.__xss = 2'>"
 XSS_LINK = "javascript:window.__xss=3"
 
+# One browser for the module's tests (each in contexts of its own), so one event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 
 @pytest.fixture(autouse=True)
 def _chromium() -> None:
     require_chromium()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Any]:
+    async with launched() as launched_browser:
+        yield launched_browser
 
 
 @asynccontextmanager
@@ -154,8 +164,8 @@ async def walk_through(
     assert not errors, errors  # no CSP violation, no script error
 
 
-async def read_without_javascript(base: str, key: str, delivery_id: str) -> None:
-    async with chromium(java_script_enabled=False) as ctx:
+async def read_without_javascript(browser: Any, base: str, key: str, delivery_id: str) -> None:
+    async with chromium(browser, java_script_enabled=False) as ctx:
         page = await ctx.new_page()
         await page.goto(f"{base}/console/deliveries")
         await page.fill("#key", key)
@@ -165,16 +175,16 @@ async def read_without_javascript(base: str, key: str, delivery_id: str) -> None
         assert "Attempts" in await page.inner_text("main")
 
 
-async def test_console_on_a_gateway_on_postgresql(tmp_path: Path) -> None:
+async def test_console_on_a_gateway_on_postgresql(tmp_path: Path, browser: Any) -> None:
     async with WebhookSink() as sink:
         sink.set_default("/hook", SinkResponse(400, body=XSS_BODY))
         async with gateway_on_postgres(sink) as (base, delivery_id):
-            async with chromium() as ctx:
+            async with chromium(browser) as ctx:
                 await walk_through(ctx, base, ADMIN_KEY, delivery_id, sink, tmp_path)
-            await read_without_javascript(base, ADMIN_KEY, delivery_id)
+            await read_without_javascript(browser, base, ADMIN_KEY, delivery_id)
 
 
-async def test_console_on_an_embedded_notifier_on_sqlite(tmp_path: Path) -> None:
+async def test_console_on_an_embedded_notifier_on_sqlite(tmp_path: Path, browser: Any) -> None:
     async for rig in console_rig(tmp_path, admin_keys=[NOTIFIER_ADMIN_KEY]):
         rig.sink.set_default("/hook", SinkResponse(400, body=XSS_BODY))
         await rig.notifier.register_config(
@@ -185,9 +195,9 @@ async def test_console_on_an_embedded_notifier_on_sqlite(tmp_path: Path) -> None
         )
         [delivery_id] = (await rig.notifier.publish("t-browser", event)).delivery_ids
         await rig.notifier.wait_settled([delivery_id], timeout=15)
-        async with chromium() as ctx:
+        async with chromium(browser) as ctx:
             await walk_through(ctx, rig.base, NOTIFIER_ADMIN_KEY, delivery_id, rig.sink, tmp_path)
-        await read_without_javascript(rig.base, NOTIFIER_ADMIN_KEY, delivery_id)
+        await read_without_javascript(browser, rig.base, NOTIFIER_ADMIN_KEY, delivery_id)
 
 
 def _config(url: str) -> Any:

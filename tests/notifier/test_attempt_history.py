@@ -149,7 +149,8 @@ def _free_port() -> int:
 async def test_each_error_class_is_recorded(make: Make, sink: WebhookSink) -> None:
     hang_up = await asyncio.start_server(_hang_up, "127.0.0.1", 0)
     hang_up_port = hang_up.sockets[0].getsockname()[1]
-    sink.set_default("/slow", SinkResponse(200, delay=2.0))
+    # Well past the 0.3 s total timeout; the sink holds it until its teardown.
+    sink.set_default("/slow", SinkResponse(200, delay=1.0))
     policy = AddressPolicy(allow_loopback=True)
     timeouts = Timeouts(connect=1.0, total=0.3)
     transport = Transport(policy, timeouts, dns_resolver=_NoAddresses())
