@@ -233,13 +233,13 @@ class PythonWorker:
 
     @classmethod
     def take(cls, env: dict[str, str]) -> PythonWorker:
-        worker = cls._spare if cls._spare is not None and cls._spare.env == env else None
-        if worker is None or worker.proc.poll() is not None:
-            if worker is not None:
-                worker.kill()
+        spare, cls._spare = cls._spare, None
+        if spare is not None and spare.env == env and spare.proc.poll() is None:
+            worker = spare
+        else:
+            if spare is not None:
+                spare.kill()  # started for another environment (or ended): not left running
             worker = cls(env)
-        elif cls._spare is not None:
-            cls._spare = None
         cls._spare = cls(env)
         return worker
 
