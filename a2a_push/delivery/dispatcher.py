@@ -486,6 +486,8 @@ class Dispatcher:
                     got = await handed
             except TimeoutError:
                 got = _slot_handed(handed)  # it came as the time ran out: it is ours
+            if got and self._stop_begun():
+                got = False  # handed over just before stop(): no request starts now
             return got
         finally:
             if not handed.done():

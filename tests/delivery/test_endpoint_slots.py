@@ -121,3 +121,15 @@ async def test_at_most_twice_per_endpoint_wait_and_stop_turns_them_away() -> Non
     for _ in range(2):
         d._release_endpoint_slot(ENDPOINT)
     assert d.endpoint_load() == {}
+
+
+async def test_a_slot_handed_over_just_before_stop_starts_no_request() -> None:
+    d = _dispatcher(per_endpoint=1)
+    d.start()
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    waiter = _wait(d)
+    await _settle()
+    d._release_endpoint_slot(ENDPOINT)  # handed to the waiter, which has not run yet
+    await d.stop()
+    assert await waiter is False  # stop() began first: it sends nothing
+    assert d.endpoint_load() == {} and _waiting(d) == 0
