@@ -257,8 +257,8 @@ class Dispatcher:
         return len(self._in_flight)
 
     def endpoint_load(self) -> dict[str, int]:
-        """Deliveries claimed and not finished yet, per endpoint (scheme://host:port):
-        in flight, or waiting for one of the endpoint's slots."""
+        """Deliveries holding one of each endpoint's slots (scheme://host:port): their
+        requests on the wire, or about to be."""
         return {endpoint: n for endpoint, n in self._per_endpoint.items() if n > 0}
 
     # ---- the claim loop ----------------------------------------------------------------

@@ -64,8 +64,8 @@ async def test_a_new_delivery_queues_behind_waiters_instead_of_taking_the_slot()
     assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
     waiter = _wait(d)
     await _settle()
-    d._release_endpoint_slot(ENDPOINT)
-    late = _wait(d)  # arrives after the release, before the waiter has run
+    d._release_endpoint_slot(ENDPOINT)  # handed to the waiter: the count stays at the cap
+    late = _wait(d)  # started after the release: it finds the slot taken and queues
     await _settle()
     assert await waiter and not late.done()
     d._release_endpoint_slot(ENDPOINT)
@@ -115,6 +115,8 @@ async def test_at_most_twice_per_endpoint_wait_and_stop_turns_them_away() -> Non
     assert not await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)  # the queue is full
     d.start()
     await d.stop()
+    await _settle()
+    assert all(w.done() for w in waiters)  # answered by stop(), not by their deadlines
     assert [await w for w in waiters] == [False] * 4
     assert _waiting(d) == 0
     assert not await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)  # stopped
@@ -132,4 +134,19 @@ async def test_a_slot_handed_over_just_before_stop_starts_no_request() -> None:
     d._release_endpoint_slot(ENDPOINT)  # handed to the waiter, which has not run yet
     await d.stop()
     assert await waiter is False  # stop() began first: it sends nothing
+    assert d.endpoint_load() == {} and _waiting(d) == 0
+
+
+async def test_a_slot_handed_over_as_the_wait_runs_out_is_kept() -> None:
+    d = _dispatcher(per_endpoint=1)
+    assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
+    loop = asyncio.get_running_loop()
+    waiter = asyncio.create_task(d._endpoint_slot(ENDPOINT, time.monotonic() + 0.05))
+    await _settle()
+    # The release, then the wait's timeout, in one turn of the loop before the waiter runs.
+    loop.call_at(loop.time() + 0.04, d._release_endpoint_slot, ENDPOINT)
+    loop.call_soon(time.sleep, 0.1)  # holds the loop past both
+    assert await waiter is True  # the slot it was handed is its own
+    assert d.endpoint_load() == {ENDPOINT: 1}
+    d._release_endpoint_slot(ENDPOINT)
     assert d.endpoint_load() == {} and _waiting(d) == 0
