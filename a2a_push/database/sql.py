@@ -26,14 +26,16 @@ def queries(backend: str, package: str = OUTBOX_SQL) -> dict[str, str]:
     """The named queries of ``<package>/<backend>/queries.sql`` ("-- name: x" blocks).
 
     A block whose name starts with ``_`` is a fragment, not a query: a query includes it
-    as ``{{_name}}`` (its comment lines left out), so a column list used by several
-    queries is written once."""
-    text = resources.files(package).joinpath(backend, "queries.sql").read_text("utf-8")
-    parts = _NAME.split(text)
-    named = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2])}
+    as ``{{_name}}`` (its comment lines left out), so text used by several queries is
+    written once. Fragments common to every backend (a column list, say) are in
+    ``<package>/fragments.sql``; a backend's own file may declare more."""
+    root = resources.files(package)
+    named = _named(root.joinpath(backend, "queries.sql").read_text("utf-8"))
+    shared = root.joinpath("fragments.sql")
+    common = _named(shared.read_text("utf-8")) if shared.is_file() else {}
     fragments = {
         name: "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
-        for name, body in named.items()
+        for name, body in (common | named).items()
         if name.startswith("_")
     }
 
@@ -48,6 +50,11 @@ def queries(backend: str, package: str = OUTBOX_SQL) -> dict[str, str]:
     return {
         name: _INCLUDE.sub(include, sql) for name, sql in named.items() if name not in fragments
     }
+
+
+def _named(text: str) -> dict[str, str]:
+    parts = _NAME.split(text)
+    return {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2])}
 
 
 def _statement(body: str) -> str:

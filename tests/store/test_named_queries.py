@@ -22,11 +22,15 @@ def test_shipped_queries_have_their_fragments_expanded(backend: str) -> None:
         assert "-- A fragment" not in sql, name  # the fragment's comment stays behind
 
 
-def _package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sql: str) -> str:
+def _package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sql: str, shared: str = ""
+) -> str:
     root = tmp_path / name
     (root / "sqlite").mkdir(parents=True)
     (root / "__init__.py").write_text("")
     (root / "sqlite" / "queries.sql").write_text(sql)
+    if shared:
+        (root / "fragments.sql").write_text(shared)
     monkeypatch.syspath_prepend(str(tmp_path))
     return name
 
@@ -46,6 +50,20 @@ def test_a_fragment_is_included_where_it_is_named(
         "one": "SELECT a, b FROM t",
         "two": "SELECT x, a, b FROM u WHERE a, b IS NOT NULL",
     }
+
+
+def test_fragments_shared_by_every_backend_come_from_fragments_sql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = _package(
+        tmp_path,
+        monkeypatch,
+        "named_queries_shared",
+        "-- name: _mine\nz\n\n-- name: one\nSELECT {{_cols}}, {{_mine}} FROM t;\n",
+        shared="-- shared\n\n-- name: _cols\n-- the columns\na, b\n\n-- name: _mine\nnot used\n",
+    )
+    # The backend's own fragment wins over a shared one of the same name.
+    assert queries("sqlite", package) == {"one": "SELECT a, b, z FROM t"}
 
 
 def test_an_unknown_fragment_is_refused_with_its_name(
