@@ -9,6 +9,7 @@ JWT per request (the ceiling for a signed sender, before anything is stored).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import resource
@@ -73,6 +74,10 @@ class B1Row:
     seconds: float
     publish_seconds: float | None = None
     cpu_seconds: float | None = None  # this process (the sender; the sink runs apart)
+    # The event loop's thread alone (it runs every line of the sender's Python, so its
+    # CPU time per delivery caps the rate), and the part of it spent in store writes.
+    loop_seconds: float | None = None
+    store_seconds: float | None = None
 
     @property
     def rate(self) -> float:
@@ -85,10 +90,22 @@ class B1Row:
             return None
         return self.cpu_seconds / self.received * 1e6
 
+    def loop_us(self, seconds: float | None) -> float | None:
+        """``seconds`` of the loop thread's CPU time per delivery received, in us."""
+        if seconds is None or not self.received:
+            return None
+        return seconds / self.received * 1e6
+
 
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _writer_busy(store: SQLiteStore) -> float:
+    """The loop thread's CPU time the store's writer has spent in its batches."""
+    busy = store.debug_state().get("busy_seconds", 0.0)
+    return float(busy) if isinstance(busy, (int, float)) else 0.0
 
 
 def _events(p: B1Params) -> list[tuple[str, TaskStatusUpdateEvent]]:
@@ -121,12 +138,13 @@ async def run_ours(
         await transport.start()
     events = _events(p)
     with temp_dir("a2a-push-b1-") as tmp:
+        store = SQLiteStore(
+            tmp / "b1.db",
+            StoreOptions(attempt_history=attempt_history),
+            synchronous=synchronous,
+        )
         notifier = PushNotifier(
-            SQLiteStore(
-                tmp / "b1.db",
-                StoreOptions(attempt_history=attempt_history),
-                synchronous=synchronous,
-            ),
+            store,
             issuer=ISSUER,
             keyset=KeySet.generate(),  # ES256
             address_policy=policy,
@@ -148,6 +166,7 @@ async def run_ours(
                     await notifier.publish(item[0], item[1])
 
                 started, cpu = time.time(), _cpu()
+                loop, writes = time.thread_time(), _writer_busy(store)
                 await bounded(events, p.concurrency, publish)
                 published = time.time() - started
                 progress(TAG, f"{label}: published in {published:.1f} s; waiting for the sink")
@@ -155,11 +174,12 @@ async def run_ours(
                     len(events), limit=max(1.0, p.timeout - published), tag=TAG, label=label
                 )
                 cpu = _cpu() - cpu
+                loop, writes = time.thread_time() - loop, _writer_busy(store) - writes
         finally:
             if transport is not None:
                 await transport.close()
     end = stats.last if stats.count >= len(events) and stats.last else time.time()
-    return B1Row(label, len(events), stats.count, end - started, published, cpu)
+    return B1Row(label, len(events), stats.count, end - started, published, cpu, loop, writes)
 
 
 async def run_sdk(sink: Sink, p: B1Params) -> B1Row:
@@ -223,18 +243,28 @@ async def _timed(
     label: str,
     items: list[Any],
     send: Callable[[Any], Awaitable[None]],
+    log: _MinimalLog | None = None,
 ) -> B1Row:
     """Send ``items`` with ``p.concurrency`` in flight (stopping at ``p.timeout``) and
-    time it to the sink's last receipt."""
-    started, cpu = time.time(), _cpu()
+    time it to the sink's last receipt (``log``: the store whose writes are timed)."""
+    started, cpu, loop = time.time(), _cpu(), time.thread_time()
+    writes = log.busy_seconds if log is not None else 0.0
     try:
         await asyncio.wait_for(bounded(items, p.concurrency, send), p.timeout)
     except TimeoutError:
         progress(TAG, f"{label}: stopped after {p.timeout:.0f} s")
     stats = await sink.wait_count(len(items), limit=5, tag=TAG, label=label)
-    cpu = _cpu() - cpu
+    cpu, loop = _cpu() - cpu, time.thread_time() - loop
     end = stats.last if stats.count >= len(items) and stats.last else time.time()
-    return B1Row(label, len(items), stats.count, end - started, cpu_seconds=cpu)
+    return B1Row(
+        label,
+        len(items),
+        stats.count,
+        end - started,
+        cpu_seconds=cpu,
+        loop_seconds=loop,
+        store_seconds=None if log is None else log.busy_seconds - writes,
+    )
 
 
 class _MinimalLog:
@@ -251,6 +281,7 @@ class _MinimalLog:
         self._wal = os.open(path + "-wal", os.O_RDONLY)
         self._ops: list[tuple[str, tuple[Any, ...], asyncio.Future[None]]] = []
         self._flushing: asyncio.Task[None] | None = None
+        self.busy_seconds = 0.0  # the loop thread's CPU time in its transactions
 
     def close(self) -> None:
         os.close(self._wal)
@@ -273,6 +304,7 @@ class _MinimalLog:
         await asyncio.sleep(0)  # one loop turn: let concurrent callers join the batch
         batch, self._ops = self._ops, []
         self._flushing = None
+        started = time.thread_time()
         by_sql: dict[str, list[tuple[Any, ...]]] = {}
         for sql, params, _ in batch:
             by_sql.setdefault(sql, []).append(params)
@@ -280,6 +312,7 @@ class _MinimalLog:
         for sql, rows in by_sql.items():
             self._conn.executemany(sql, rows)
         self._conn.execute("COMMIT")
+        self.busy_seconds += time.thread_time() - started
         if any(sql.startswith("INSERT") for sql in by_sql):
             await asyncio.get_running_loop().run_in_executor(None, os.fsync, self._wal)
         for _, _, fut in batch:
@@ -299,6 +332,47 @@ SIGNERS: dict[str, type[WebhookSigner]] = {
     "hand-built WebhookSigner (the notifier's)": WebhookSigner,
     "PyJWT encode()": PyJWTSigner,
 }
+
+
+def _say_loop_thread(rows: list[B1Row]) -> None:
+    """Where the event loop's thread spends its CPU time per delivery, split into store
+    writes and the rest, and how fast the defaults could be if their writes were free."""
+    timed = [r for r in rows if r.loop_seconds is not None and r.store_seconds is not None]
+    if not timed:
+        return
+    say(
+        table(
+            ["system", "loop thread us/delivery", "store writes", "the rest"],
+            [
+                [
+                    r.system,
+                    r.loop_us(r.loop_seconds),
+                    r.loop_us(r.store_seconds),
+                    r.loop_us((r.loop_seconds or 0.0) - (r.store_seconds or 0.0)),
+                ]
+                for r in timed
+            ],
+        )
+    )
+    say(
+        "  loop thread: CPU time of the thread running the event loop (all of a sender's "
+        "Python; the sqlite3 module runs on it too), which caps a sender's rate; store "
+        "writes: its part in write transactions (statements and commits; fsyncs run on "
+        "another thread)"
+    )
+    ours = next((r for r in timed if r.system == DEFAULT_LABEL), None)
+    minimal = next((r for r in timed if "minimal SQLite log" in r.system), None)
+    if ours is None or minimal is None or not ours.received or not minimal.received:
+        return
+    assert ours.loop_seconds is not None and ours.store_seconds is not None
+    rest = (ours.loop_seconds - ours.store_seconds) / ours.received
+    if rest > 0 and minimal.loop_seconds:
+        bound = (minimal.loop_seconds / minimal.received) / rest
+        say(
+            f"  context: with every store write free, the defaults' loop thread would still "
+            f"spend {rest * 1e6:,.0f} us per delivery: at most {bound:.2f}x the minimal "
+            "durable signed sender's rate, from the store alone"
+        )
 
 
 SIGN_ROUNDS, SIGN_CALLS = 7, 2_000
@@ -413,7 +487,7 @@ async def run_raw(
                     log = _MinimalLog(str(tmp / f"minimal-{i}.db"))
                 await sink.reset()
                 progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
-                runs.append(await _timed(sink, p, label, bodies, post))
+                runs.append(await _timed(sink, p, label, bodies, post, log))
             if log is not None:
                 log.close()
     runs.sort(key=lambda r: r.rate)
@@ -437,14 +511,7 @@ def _median(runs: list[B1Row], label: str) -> B1Row:
     if len(runs) > 1:
         progress(TAG, f"{label}: runs at " + ", ".join(f"{r.rate:,.0f}/s" for r in runs))
     middle = ordered[len(ordered) // 2]
-    return B1Row(
-        label,
-        middle.sent,
-        middle.received,
-        middle.seconds,
-        middle.publish_seconds,
-        middle.cpu_seconds,
-    )
+    return dataclasses.replace(middle, system=label)
 
 
 async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, Any]:
@@ -582,6 +649,8 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
         "  CPU us/delivery: the sender process's CPU time (all its threads; the sink runs "
         "apart) per delivery received"
     )
+    say()
+    _say_loop_thread(rows)
     say()
     _say_sign_rates(signs)
     say()

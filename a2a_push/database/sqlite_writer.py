@@ -125,6 +125,9 @@ class SQLiteWriter:
         self._in_hand: list[_Op] = []  # the batch being committed
         self._wal_path = wal_path
         self.commits = 0  # batches committed
+        # CPU time the event loop's thread spent running batches (their statements and
+        # commits), in seconds: against the loop's own CPU time, the store's share.
+        self.busy_seconds = 0.0
         self._checkpoint_every = checkpoint_every
         self._wal_catch_up_bytes = wal_catch_up_bytes
         self._checkpointer: asyncio.Task[None] | None = None
@@ -198,6 +201,8 @@ class SQLiteWriter:
             else None,
             "writer_broken": str(self._broken) if self._broken else None,
             "queued": len(self._queue),
+            "commits": self.commits,
+            "busy_seconds": self.busy_seconds,
             "wake_set": self._wake.is_set(),
             "wal_frames": self.wal_frames,
             "wal_restarts": self.wal_restarts,
@@ -403,6 +408,13 @@ class SQLiteWriter:
         When an op fails, the batch is rolled back and each op runs on its own, so the
         others still commit; an op that could not start then (the lock was taken by
         another process meanwhile) has None for a result."""
+        started = time.thread_time()
+        try:
+            return self._transact(batch)
+        finally:
+            self.busy_seconds += time.thread_time() - started
+
+    def _transact(self, batch: list[_Op]) -> list[tuple[bool, Any] | None] | None:
         conn = self._conn
         assert conn is not None
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -148,6 +149,23 @@ async def test_concurrent_publishes_share_commits(tmp_path: Path) -> None:
             seqs.setdefault(f"t{i % 20}", []).append(seq)
         assert all(sorted(v) == list(range(1, 21)) for v in seqs.values())
         assert (await store.stats(now=NOW)).pending == 400
+
+
+async def test_the_writer_counts_the_loop_threads_time_in_its_batches(tmp_path: Path) -> None:
+    # What B1 splits the event loop's CPU time by: the store's batches against the rest.
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        before = store.debug_state()
+        assert before["commits"] == 0 and before["busy_seconds"] == 0.0
+        loop_cpu = time.thread_time()
+        await store.put_config(config("t", id="a"))
+        for _ in range(50):
+            await store.enqueue("t", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+            await asyncio.sleep(0.001)  # the loop idles between batches: not counted
+        loop_cpu = time.thread_time() - loop_cpu
+        after = store.debug_state()
+    assert after["commits"] == 51
+    busy = after["busy_seconds"]
+    assert isinstance(busy, float) and 0.0 < busy < loop_cpu
 
 
 def test_open_store_urls(tmp_path: Path) -> None:
