@@ -143,6 +143,18 @@ class Metrics:
             for value in values:
                 labelled.labels(value)
 
+        # Labelled children looked up so far: labels() takes microseconds, and the hot
+        # path counts several per delivery.
+        self._children: dict[tuple[int, str], Any] = {}
+
+    def child(self, metric: Any, value: str) -> Any:
+        """``metric.labels(value)``, looked up once per value."""
+        key = (id(metric), value)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(value)
+        return found
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

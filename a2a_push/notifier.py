@@ -506,7 +506,7 @@ class PushNotifier:
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         if idempotency_key is not None and ids and not minted.intersection(ids):
             return PublishResult(seq, ids)  # a repeat: nothing was queued
-        self.metrics.events_published.labels(kind).inc()
+        self.metrics.child(self.metrics.events_published, kind).inc()
         if ids:
             self.metrics.deliveries_enqueued.inc(len(ids))
             self.dispatcher.wake()

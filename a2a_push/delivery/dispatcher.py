@@ -396,7 +396,7 @@ class Dispatcher:
                     current.attempts,
                     error=f"internal error: {type(exc).__name__}",
                 )
-                self.metrics.deliveries.labels("dead").inc()
+                self.metrics.child(self.metrics.deliveries, "dead").inc()
         finally:
             self._unhold(held)
             self._in_flight.pop(current.id, None)
@@ -412,7 +412,7 @@ class Dispatcher:
             "config no longer exists" if config is None else "config disabled"
         )
         await self._finish(delivery, "dead", delivery.attempts, error=reason)
-        self.metrics.deliveries.labels("dead").inc()
+        self.metrics.child(self.metrics.deliveries, "dead").inc()
 
     def _unavailable_endpoints(self) -> set[str]:
         """Endpoints not to claim for now: saturated here, with an open breaker, or
@@ -495,8 +495,10 @@ class Dispatcher:
             elif not got and _slot_handed(handed):
                 # Handed over as this wait was cancelled: pass it on.
                 self._release_endpoint_slot(endpoint)
-            with contextlib.suppress(ValueError):
-                queue.remove(handed)  # (the releaser took it out already, mostly)
+            # Mostly the releaser took it out already. (Not remove() and a ValueError:
+            # deque's message holds the future's repr, which costs microseconds.)
+            if handed in queue:
+                queue.remove(handed)
             if not queue and self._slot_queues.get(endpoint) is queue:
                 del self._slot_queues[endpoint]
 
@@ -557,7 +559,7 @@ class Dispatcher:
             # start does).
             with _bookkeeping():
                 await self.store.release([delivery.id], worker_id=self.worker_id)
-            self.metrics.deliveries.labels("deferred").inc()
+            self.metrics.child(self.metrics.deliveries, "deferred").inc()
             return None
         except _RateLimited as limited:
             # Nothing was sent; the lane waits in the outbox until a token is due.
@@ -655,7 +657,7 @@ class Dispatcher:
                 sent=sent,
                 verdict="gone",
             )
-            self.metrics.configs_disabled.labels("gone").inc()
+            self.metrics.child(self.metrics.configs_disabled, "gone").inc()
         elif verdict is Verdict.DEAD:
             if status is not None:
                 self.health.record_success(endpoint)  # it answered: reachable, just refusing
@@ -666,7 +668,7 @@ class Dispatcher:
             self.health.record_failure(endpoint)
             await self._reschedule(delivery, config, attempts, result, status, error, now, sent)
             return None
-        self.metrics.deliveries.labels(verdict.value).inc()
+        self.metrics.child(self.metrics.deliveries, verdict.value).inc()
         return nxt
 
     async def _reschedule(
@@ -691,8 +693,8 @@ class Dispatcher:
                 disable=f"failing without a success since {time.ctime(failing_since)}",
                 sent=sent,
             )
-            self.metrics.configs_disabled.labels("failing").inc()
-            self.metrics.deliveries.labels("dead").inc()
+            self.metrics.child(self.metrics.configs_disabled, "failing").inc()
+            self.metrics.child(self.metrics.deliveries, "dead").inc()
             return
         retry_after = parse_retry_after(result.headers) if isinstance(result, HTTPResult) else None
         delay = self.retry.durable_delay(delivery.rounds, retry_after)
@@ -716,7 +718,7 @@ class Dispatcher:
                 error=f"{exhausted}; last: {error}",
                 sent=sent,
             )
-            self.metrics.deliveries.labels("dead").inc()
+            self.metrics.child(self.metrics.deliveries, "dead").inc()
             return
         outcome = Outcome(
             delivery.id,
@@ -735,7 +737,7 @@ class Dispatcher:
         with _bookkeeping():
             await self.store.complete([outcome])
         self._count_verdicts(sent, "retry")
-        self.metrics.deliveries.labels("retry").inc()
+        self.metrics.child(self.metrics.deliveries, "retry").inc()
         self._log_outcome(delivery, outcome, sent)
 
     async def _post(
@@ -764,19 +766,19 @@ class Dispatcher:
             took = time.perf_counter() - started
             self.metrics.attempt_latency.observe(took)
             if isinstance(exc, RequestTimeout):
-                self.metrics.attempts.labels("timeout").inc()
+                self.metrics.child(self.metrics.attempts, "timeout").inc()
             elif isinstance(exc, AddressRefused):
-                self.metrics.attempts.labels("refused").inc()
+                self.metrics.child(self.metrics.attempts, "refused").inc()
             elif isinstance(exc, ConnectError):
-                self.metrics.attempts.labels("connect_error").inc()
+                self.metrics.child(self.metrics.attempts, "connect_error").inc()
             error_class = exc.error_class
-            self.metrics.attempt_errors.labels(error_class).inc()
+            self.metrics.child(self.metrics.attempt_errors, error_class).inc()
             # Strings only: the exception's traceback holds this frame (a cycle).
             tried.append(_Tried(started_at, took, None, error_class, _describe(exc), span=span))
             raise
         took = time.perf_counter() - started
         self.metrics.attempt_latency.observe(took)
-        self.metrics.attempts.labels(f"{result.status // 100}xx").inc()
+        self.metrics.child(self.metrics.attempts, f"{result.status // 100}xx").inc()
         response = b""
         if result.body and self._history_on:
             response = _redacted(result.body, headers, config)
@@ -843,7 +845,7 @@ class Dispatcher:
         )
         with _bookkeeping():
             await self.store.complete([outcome])
-        self.metrics.deliveries.labels("deferred").inc()
+        self.metrics.child(self.metrics.deliveries, "deferred").inc()
 
     async def _finish(
         self,

@@ -583,6 +583,15 @@ class _PostgresTx:
         self._store.round_trips += 1
         return await self._conn.fetchval(_Q[query], *args)
 
+    async def lease_next_head(
+        self, config_key: str, task_id: str, at: float, until: float, worker: str
+    ) -> Any | None:
+        # One statement: the lease, and the leased delivery read with its config.
+        self._store.round_trips += 1
+        return await self._conn.fetchrow(
+            _Q["lease_next_head"], config_key, task_id, at, until, worker
+        )
+
     def array(self, values: Sequence[str]) -> Any:
         return list(values)
 

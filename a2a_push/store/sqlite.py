@@ -320,6 +320,16 @@ class _SQLiteTx:
         row = self._conn.execute(_Q[query], args).fetchone()
         return None if row is None else row[0]
 
+    async def lease_next_head(
+        self, config_key: str, task_id: str, at: float, until: float, worker: str
+    ) -> Any | None:
+        # Two statements, no round trips: the head read with its config, then leased.
+        row = self._conn.execute(_Q["next_head"], (config_key, task_id)).fetchone()
+        if row is None or row["next_attempt_at"] > at:
+            return None
+        lease = (config_key, task_id, row["id"], until, worker)
+        return row if self._conn.execute(_Q["lease_head"], lease).rowcount else None
+
     def array(self, values: Sequence[str]) -> Any:
         return json.dumps(list(values))
 

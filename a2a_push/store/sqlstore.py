@@ -103,6 +103,13 @@ class Tx(Protocol):
 
     async def fetchval(self, query: str, *args: Any) -> Any: ...
 
+    async def lease_next_head(
+        self, config_key: str, task_id: str, at: float, until: float, worker: str
+    ) -> Any | None:
+        """The lane's lowest-seq pending delivery, leased to ``worker`` until ``until`` if
+        it is due at ``at``: its row with its config (the columns of a claim), or None
+        (none pending, not due, or the lane has no row)."""
+
     def array(self, values: Sequence[str]) -> Any:
         """A list parameter as the backend's queries take it."""
 
@@ -654,6 +661,7 @@ def _chain_op(
         ]
         finished = await _finish_many(tx, items, leases, at)
         heads = []
+        read: dict[str, Any] = {}  # leased deliveries read as they were leased
         for i, item in enumerate(items):
             done = finished.get(i)
             heads.append(
@@ -664,15 +672,24 @@ def _chain_op(
                     shift=shift,
                     lease_next=leases[i],
                     finished=None if done is None else done[:3],
+                    read=read,
                 )
             )
+            if done is not None and done[1] is not None:
+                read[done[1]] = done[3]
         leased = [head for head in heads if head is not None]
         if not leased:
             return [None] * len(items)
-        if len(finished) == len(items) and all(_plain(item.outcome) for item in items):
-            # finish_and_lease_many read the leased deliveries and their configs, and
-            # nothing this transaction did since touches them.
-            return [None if head is None else finished[i][3] for i, head in enumerate(heads)]
+        lanes = {(item.outcome.config_key, item.outcome.task_id) for item in items}
+        if (
+            len(lanes) == len(items)
+            and all(_plain(item.outcome) for item in items)
+            and all(head in read for head in leased)
+        ):
+            # Each leased delivery and its config were read as it was leased, and nothing
+            # this transaction did since touches them: no outcome changed a config, and
+            # no two outcomes share a lane.
+            return [None if head is None else read[head] for head in heads]
         # The leased deliveries with their configs, read once every outcome (and what it
         # did to its config) is written.
         found = {
@@ -901,10 +918,11 @@ async def _apply_outcome(
     shift: float = 0.0,
     lease_next: Lease | None = None,
     finished: tuple[bool, str | None, bool] | None = None,
+    read: dict[str, Any] | None = None,
 ) -> str | None:
     """Record ``o``; with ``lease_next``, also lease the lane's next delivery if it is due
-    now and return its id. ``finished``: ``o`` was written already (by _finish_many),
-    with this result.
+    now and return its id (and, with ``read``, keep its row there by id). ``finished``:
+    ``o`` was written already (by _finish_many), with this result.
 
     ``at`` is the transaction's time. A retry's or deferral's ``o.next_attempt_at`` is on
     the worker's clock (its retry policy or breaker computed it): ``shift`` puts it on
@@ -967,7 +985,9 @@ async def _apply_outcome(
             if leased is None and not advanced:  # the lane moves on as usual
                 await _advance_lane(tx, o.config_key, o.task_id, now=at)
         elif lease_next is not None and o.disable_config is None and o.kind != "defer":
-            leased = await _advance_lane(tx, o.config_key, o.task_id, lease_next=lease_next, now=at)
+            leased = await _advance_lane(
+                tx, o.config_key, o.task_id, lease_next=lease_next, now=at, read=read
+            )
         else:
             await _advance_lane(tx, o.config_key, o.task_id, now=at)
         if o.kind == "dead" and o.disable_config is None:
@@ -998,20 +1018,23 @@ async def _advance_lane(
     keep_lease: bool = False,
     lease_next: Lease | None = None,
     now: float | None = None,
+    read: dict[str, Any] | None = None,
 ) -> str | None:
     """Point the lane at its lowest-seq pending delivery, or drop it when empty.
 
-    With ``lease_next`` and that delivery due now, lease the lane to the worker in the
-    same statement and return the delivery's id. Otherwise the lane is due at its head's
-    next attempt, but not before ``now``: a lane that keeps getting work queues behind
-    the lanes already waiting (round robin between lanes).
+    With ``lease_next`` and that delivery due now, lease the lane to the worker and
+    return the delivery's id (its row, with its config, kept in ``read``). Otherwise the
+    lane is due at its head's next attempt, but not before ``now``: a lane that keeps
+    getting work queues behind the lanes already waiting (round robin between lanes).
     """
     if lease_next is not None:
-        # The common case in one statement: the next delivery is due, lease it.
+        # The common case: the next delivery is due, lease it (and read it meanwhile).
         at, until, worker = lease_next
-        leased = await tx.fetchval("lease_next_head", config_key, task_id, at, until, worker)
-        if leased is not None:
-            return str(leased)
+        row = await tx.lease_next_head(config_key, task_id, at, until, worker)
+        if row is not None:
+            if read is not None:
+                read[row["id"]] = row
+            return str(row["id"])
     head = await tx.fetchrow("lane_head", config_key, task_id)
     if head is None:
         await tx.execute("delete_lane", config_key, task_id)

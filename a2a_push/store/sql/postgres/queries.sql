@@ -305,15 +305,21 @@ WHERE d.id = ANY ($1::text[]);
 
 -- name: lease_next_head
 -- The lane's lowest-seq pending delivery, leased to the worker ($5, until $4) if it is
--- due at $3; its id, or no row (none pending, not due, or no lane row).
-UPDATE lanes SET head_id = h.id, due_at = $4, lease_owner = $5
-FROM (
-    SELECT id, next_attempt_at FROM deliveries
-    WHERE config_key = $1 AND task_id = $2 AND state = 'pending'
-    ORDER BY seq LIMIT 1
-) AS h
-WHERE lanes.config_key = $1 AND lanes.task_id = $2 AND h.next_attempt_at <= $3
-RETURNING lanes.head_id;
+-- due at $3: that delivery with its config, or no row (none pending, not due, or no
+-- lane row).
+WITH leased AS (
+    UPDATE lanes SET head_id = h.id, due_at = $4, lease_owner = $5
+    FROM (
+        SELECT id, next_attempt_at FROM deliveries
+        WHERE config_key = $1 AND task_id = $2 AND state = 'pending'
+        ORDER BY seq LIMIT 1
+    ) AS h
+    WHERE lanes.config_key = $1 AND lanes.task_id = $2 AND h.next_attempt_at <= $3
+    RETURNING lanes.head_id
+)
+SELECT {{_claimed_columns}}
+FROM leased JOIN deliveries d ON d.id = leased.head_id
+LEFT JOIN configs c ON c.key = d.config_key;
 
 -- name: finish_delivery
 -- The outcome of the worker $9 for the lane's head: written unless another worker holds

@@ -189,17 +189,19 @@ SELECT {{_claimed_columns}}
 FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
 WHERE d.id IN (SELECT value FROM json_each(?1));
 
--- name: lease_next_head
--- The lane's lowest-seq pending delivery, leased to the worker (?5, until ?4) if it is
--- due at ?3; its id, or no row (none pending, not due, or no lane row).
-UPDATE lanes SET head_id = h.id, due_at = ?4, lease_owner = ?5
-FROM (
-    SELECT id, next_attempt_at FROM deliveries
-    WHERE config_key = ?1 AND task_id = ?2 AND state = 'pending'
-    ORDER BY seq LIMIT 1
-) AS h
-WHERE lanes.config_key = ?1 AND lanes.task_id = ?2 AND h.next_attempt_at <= ?3
-RETURNING head_id;
+-- name: next_head
+-- The lane's lowest-seq pending delivery with its config (the first of the two
+-- statements of _SQLiteTx.lease_next_head).
+SELECT {{_claimed_columns}}
+FROM deliveries d LEFT JOIN configs c ON c.key = d.config_key
+WHERE d.config_key = ?1 AND d.task_id = ?2 AND d.state = 'pending'
+ORDER BY d.seq LIMIT 1;
+
+-- name: lease_head
+-- The lane pointed at ?3 and leased to the worker ?5 until ?4 (the second statement of
+-- _SQLiteTx.lease_next_head); no row changed when the lane has no row.
+UPDATE lanes SET head_id = ?3, due_at = ?4, lease_owner = ?5
+WHERE config_key = ?1 AND task_id = ?2;
 
 -- name: finish_delivery
 -- The outcome of the worker ?9 for the lane's head: written unless another worker holds
