@@ -22,7 +22,6 @@ import shlex
 import time
 from collections import Counter as _Counter
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -107,16 +106,23 @@ def _slot_handed(waiter: asyncio.Future[bool]) -> bool:
     return waiter.done() and not waiter.cancelled() and waiter.result()
 
 
-@contextlib.contextmanager
-def _bookkeeping() -> Iterator[None]:
-    try:
-        yield
-    except (StoreUnavailableError, asyncio.CancelledError):
-        raise
-    except Exception as exc:
-        if not _transient(exc):
-            raise
-        raise _BookkeepingError(exc) from None
+class _bookkeeping:
+    """Around a store write of the dispatcher's own: a transient error becomes a
+    ``_BookkeepingError``; outages, cancellation and anything else pass unchanged. (A
+    class, not a generator context manager: it is entered for every delivery.)"""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if (
+            isinstance(exc, Exception)
+            and not isinstance(exc, StoreUnavailableError)
+            and _transient(exc)
+        ):
+            raise _BookkeepingError(exc) from None
 
 
 def longest_claim(
