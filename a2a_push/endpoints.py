@@ -11,6 +11,16 @@ def endpoint_of(url: str) -> str:
     return f"{u.scheme}://{u.host}:{u.port}"
 
 
+def shown_endpoint(url: str) -> str:
+    """A webhook URL as logs and events show it: :func:`endpoint_of` (never its
+    user-info, path or query, which may hold secrets), or a placeholder when the URL
+    cannot be parsed."""
+    try:
+        return endpoint_of(url)
+    except (ValueError, TypeError):
+        return "(an unparsable URL)"
+
+
 def parse_endpoint(value: str) -> str:
     """An endpoint as deliveries keep it (``scheme://host:port``), from what an operator
     types to list deliveries by: an origin, or a URL (only its origin counts), with or

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from .endpoints import endpoint_of
+from .endpoints import endpoint_of, shown_endpoint
 from .errors import StoreUnavailableError
 from .ids import new_delivery_id, new_key
 from .store import Delivery, Outcome, Store, StoredConfig
@@ -253,7 +253,7 @@ class Events:
         """A delivery was dead-lettered by ``outcome``; and its config disabled, when the
         outcome says so (``gone``: because the receiver answered 410)."""
         config = delivery.config
-        where = origin(config.url) if config is not None else delivery.endpoint
+        where = shown_endpoint(config.url) if config is not None else delivery.endpoint
         # (A delivery's config is its task's: a delivery to the operator is on its task.)
         webhook = not is_operator_task(delivery.task_id)
         self.emit(
@@ -369,11 +369,3 @@ def _rfc3339(at: float | None) -> str | None:
         return None
     moment = datetime.fromtimestamp(at, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def origin(url: str) -> str:
-    """A URL's endpoint for an event (``scheme://host:port``; never its path or query)."""
-    try:
-        return endpoint_of(url)
-    except (ValueError, TypeError):
-        return "(an unparsable URL)"

@@ -28,6 +28,7 @@ from typing import Any, Final
 from yarl import URL
 
 from .. import tracing
+from ..endpoints import shown_endpoint
 from ..errors import A2APushError, StoreBusyError, StoreUnavailableError
 from ..events import Events
 from ..metrics import Metrics
@@ -938,7 +939,7 @@ class Dispatcher:
         # The URL's origin and the config's id: a webhook URL's path and query often hold
         # its secret (…/services/T0/B0/XXXX, ?token=…).
         where = (
-            f"webhook to {_origin_of(config.url)} (push config {config.id})"
+            f"webhook to {shown_endpoint(config.url)} (push config {config.id})"
             if config is not None
             else "webhook to a deleted push config"
         )
@@ -1002,7 +1003,7 @@ def _log_fields(delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> dic
         "delivery_id": delivery.id,
         "task_id": delivery.task_id,
         "config_id": config.id if config is not None else None,
-        "endpoint": _origin_of(config.url) if config is not None else None,
+        "endpoint": shown_endpoint(config.url) if config is not None else None,
         "attempt": outcome.attempts,
         "status": outcome.status,
         "latency_ms": round(last.duration * 1000, 1) if last is not None else None,
@@ -1010,15 +1011,6 @@ def _log_fields(delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> dic
         "verdict": outcome.kind,
         "trace_id": tracing.trace_id_of(delivery.traceparent),
     }
-
-
-def _origin_of(url: str) -> str:
-    """A webhook URL for the log: its origin only (scheme, host, port). User-info, path
-    and query may all hold secrets."""
-    try:
-        return str(URL(url).origin())
-    except (ValueError, TypeError):
-        return "(an unparsable URL)"
 
 
 def _endpoint_or_none(delivery: Delivery) -> str | None:

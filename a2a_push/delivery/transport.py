@@ -17,6 +17,7 @@ from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from a2a_push.delivery.ssrf import AddressPolicy, VettedResolver
+from a2a_push.endpoints import shown_endpoint
 from a2a_push.errors import A2APushError, InvalidConfigError, UnsafeURLError
 
 __all__ = [
@@ -356,8 +357,9 @@ def connect_error_class(exc: BaseException) -> str:
 
 
 def _origin(url: URL) -> str:
-    # Never the path or query: webhook URLs sometimes embed tokens.
-    return str(url.origin())
+    # Never the path or query: webhook URLs sometimes embed tokens. (As logs and events
+    # show an endpoint: the default port written out.)
+    return shown_endpoint(str(url))
 
 
 def _unsafe_cause(exc: BaseException) -> UnsafeURLError | None:

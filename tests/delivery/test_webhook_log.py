@@ -326,3 +326,46 @@ def test_the_stores_say_which_of_their_errors_mean_try_again() -> None:
         RuntimeError("a bug"),
     ):
         assert postgres.busy_error(other, "127.0.0.1:5432/test") is None
+
+
+def test_logs_and_events_show_an_endpoint_alike() -> None:
+    """One form for the log lines' endpoint and the events': scheme://host:port, the
+    default port written out (as `deliveries list --endpoint` and the console filter by),
+    never user-info, path or query."""
+    from a2a_push.endpoints import shown_endpoint
+
+    assert shown_endpoint("https://user:PW@hooks.example.com/p/SECRET?k=Q") == (
+        "https://hooks.example.com:443"
+    )
+    assert shown_endpoint("http://hooks.example.com:8080/x") == "http://hooks.example.com:8080"
+    assert shown_endpoint("http://[::1/") == "(an unparsable URL)"
+
+
+async def test_a_retry_line_writes_the_default_port_out(
+    make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The URL names no port: the attempt goes to 127.0.0.1:80, where nothing listens
+    # (it is refused at once), and the line names that port.
+    import socket
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 80)) == 0:
+            pytest.skip("something listens on 127.0.0.1:80 here; the test needs it refused")
+    caplog.set_level(logging.INFO, logger="a2a_push.webhooks")
+    n = await make(retry=SLOW_RETRY)
+    await n.register_config(
+        TaskPushNotificationConfig(id="c", url="http://127.0.0.1/hook?token=SECRET"),
+        owner="o",
+        task_id="t1",
+    )
+    await n.publish("t1", status("t1"))
+    deadline = time.monotonic() + 10
+    while not lines(caplog):
+        assert time.monotonic() < deadline, "no outcome line"
+        await asyncio.sleep(0.02)
+    (line,) = lines(caplog)
+    assert line.__dict__["endpoint"] == "http://127.0.0.1:80"
+    message = line.getMessage()
+    assert "webhook to http://127.0.0.1:80 (push config c)" in message
+    assert "POST http://127.0.0.1:80 failed" in message
+    assert "SECRET" not in message
