@@ -40,7 +40,6 @@ from ..protocol.constants import (
 )
 from ..signing import WebhookSigner
 from ..store import (
-    ATTEMPT_VERDICTS,
     MAX_ATTEMPT_RESPONSE_BYTES,
     Attempt,
     AttemptVerdict,
@@ -198,7 +197,6 @@ class Dispatcher:
         # (config key, outcome) -> (when its last line was written, lines left out since)
         self._logged: dict[tuple[str, str], tuple[float, int]] = {}
         self._runner: asyncio.Task[None] | None = None
-        self._verdict_counters: dict[str, Any] | None = None
         self._stopping = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -832,13 +830,10 @@ class Dispatcher:
             return
         if tracing.enabled():
             _end_spans(sent, verdict)
-        counters = self._verdict_counters
-        if counters is None:  # the labelled children, looked up once
-            verdicts = self.metrics.attempt_verdicts
-            counters = self._verdict_counters = {v: verdicts.labels(v) for v in ATTEMPT_VERDICTS}
+        metrics = self.metrics
         if len(sent.tried) > 1:
-            counters["retry"].inc(len(sent.tried) - 1)
-        counters[verdict].inc()
+            metrics.child(metrics.attempt_verdicts, "retry").inc(len(sent.tried) - 1)
+        metrics.child(metrics.attempt_verdicts, verdict).inc()
 
     async def _defer(self, delivery: Delivery, until: float) -> None:
         outcome = Outcome(
