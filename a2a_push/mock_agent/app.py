@@ -37,7 +37,7 @@ from a2a_push.signing import KeySet
 from a2a_push.store import SQLiteStore
 
 from .agent import GatewayPushConfigs, MockAgent, TaskStream
-from .flows import DEFAULT_STEP_DELAY, SKILLS, GatewayLink
+from .flows import DEFAULT_GATEWAY_RETRY_FOR, DEFAULT_STEP_DELAY, SKILLS, GatewayLink
 
 log = logging.getLogger("a2a_push.mock_agent")
 
@@ -96,6 +96,7 @@ def create_app(
     retry_schedule: Sequence[float] | None = None,
     gateway_url: str | None = None,
     gateway_key: str | None = None,
+    gateway_retry_for: float = DEFAULT_GATEWAY_RETRY_FOR,
     keepalive: float = SSE_KEEPALIVE_SECONDS,
 ) -> web.Application:
     """The mock agent as an aiohttp application (the notifier starts and stops with it).
@@ -108,12 +109,18 @@ def create_app(
     short one suits demos and tests, and then an unreachable endpoint's breaker also
     cools down for only its first delay. ``gateway_url`` / ``gateway_key``: post every
     event to an a2a-push gateway and let it keep the push configs and send the webhooks,
-    instead of the embedded notifier. ``keepalive``: seconds between the SSE comments an
-    idle stream sends (a client that went away is noticed by the next one).
+    instead of the embedded notifier; ``gateway_retry_for``: seconds one event's hand-off
+    is retried while the gateway is unavailable, before its task fails. ``keepalive``:
+    seconds between the SSE comments an idle stream sends (a client that went away is
+    noticed by the next one).
     """
     if (gateway_url is None) != (gateway_key is None):
         raise ValueError("gateway mode needs both the gateway URL and the agent's API key")
-    gateway = GatewayLink(gateway_url, gateway_key) if gateway_url and gateway_key else None
+    gateway = (
+        GatewayLink(gateway_url, gateway_key, retry_for=gateway_retry_for)
+        if gateway_url and gateway_key
+        else None
+    )
     policy = AddressPolicy(
         list(allow_webhook_hosts), allowlist_name="the mock agent's --allow-webhook-host"
     )
@@ -292,6 +299,7 @@ def serve(
     retry_schedule: Sequence[float] | None = None,
     gateway_url: str | None = None,
     gateway_key: str | None = None,
+    gateway_retry_for: float = DEFAULT_GATEWAY_RETRY_FOR,
     log_level: str = DEFAULT_LOG_LEVEL,
     log_format: LogFormat = "text",
     tracing: bool = False,
@@ -333,6 +341,7 @@ def serve(
             retry_schedule=retry_schedule,
             gateway_url=gateway_url,
             gateway_key=gateway_key,
+            gateway_retry_for=gateway_retry_for,
         )
     except OSError as exc:  # the data folder cannot be made
         print(f"{prog}: error: {bind_error(exc, host, port)}", file=sys.stderr)

@@ -12,13 +12,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from a2a_push import logs
-from a2a_push.cli.common import PROG, CLIError, gateway_url, non_negative_seconds
+from a2a_push.cli.common import (
+    PROG,
+    CLIError,
+    gateway_url,
+    non_negative_seconds,
+    positive_seconds,
+)
 from a2a_push.delivery.retry import RetryPolicy
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.logs import LOG_FORMATS
 
 from .app import DEFAULT_HOST, DEFAULT_LOG_LEVEL, DEFAULT_PORT, LOG_LEVELS, port_problem, serve
-from .flows import DEFAULT_STEP_DELAY
+from .flows import DEFAULT_GATEWAY_RETRY_FOR, DEFAULT_STEP_DELAY
 
 ENV_GATEWAY_KEY = "A2A_PUSH_GATEWAY_KEY"
 ENV_LOG_FORMAT = "A2A_PUSH_LOG_FORMAT"
@@ -91,6 +97,14 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         help=f"the agent's API key at the gateway (default: ${ENV_GATEWAY_KEY})",
     )
     parser.add_argument(
+        "--gateway-retry-for",
+        type=positive_seconds,
+        default=DEFAULT_GATEWAY_RETRY_FOR,
+        metavar="SECONDS",
+        help="how long one event's hand-off is retried while the gateway is unavailable "
+        f"(at most 8 tries), before its task fails (default: {DEFAULT_GATEWAY_RETRY_FOR:g})",
+    )
+    parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=LOG_LEVELS,
@@ -128,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         retry_schedule=args.retry_schedule,
         gateway_url=gateway_url(args.gateway, "--gateway") if args.gateway else None,
         gateway_key=args.gateway_key,
+        gateway_retry_for=args.gateway_retry_for,
         log_level=args.log_level,
         log_format=args.log_format,
         tracing=args.tracing,

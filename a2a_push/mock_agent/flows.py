@@ -114,6 +114,11 @@ GATEWAY_FAILURE: Final = "The push gateway did not take this task's events; see 
 """The status message of a task failed because an event could not be handed over."""
 
 
+# How long one event's hand-off to the gateway is retried (GatewayClient's deadline)
+# before its task fails.
+DEFAULT_GATEWAY_RETRY_FOR = 60.0
+
+
 class GatewayHandoffError(A2AError):
     """An event the gateway did not take: it stayed unreachable, or refused it.
 
@@ -146,16 +151,21 @@ class GatewayLink:
     until durable), push-config methods forwarded to the gateway's JSON-RPC endpoint
     with the caller as ``X-A2A-Owner``."""
 
-    def __init__(self, url: str, api_key: str) -> None:
+    def __init__(
+        self, url: str, api_key: str, *, retry_for: float = DEFAULT_GATEWAY_RETRY_FOR
+    ) -> None:
         self.url = url.rstrip("/")
         self._api_key = api_key
+        self._retry_for = retry_for
         self._session: aiohttp.ClientSession | None = None
         self._client: GatewayClient | None = None
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession()
-            self._client = GatewayClient(self.url, self._api_key, session=self._session)
+            self._client = GatewayClient(
+                self.url, self._api_key, session=self._session, deadline=self._retry_for
+            )
         return self._session
 
     async def close(self) -> None:

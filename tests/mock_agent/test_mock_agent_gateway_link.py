@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,11 @@ async def test_a_gateway_gone_at_run_time_is_one_error_line_and_a_failed_task(
         stopped = False
         try:
             agent = await stack.enter_async_context(
-                mock_agent_process(tmp_path, "--gateway", url, "--gateway-key", AGENT_KEY)
+                mock_agent_process(
+                    tmp_path,
+                    *("--gateway", url, "--gateway-key", AGENT_KEY),
+                    *("--gateway-retry-for", "3"),  # (60 s unless set)
+                )
             )
             done = await post(agent.url + "/", HEADERS, send("hello"))  # the gateway is up
             assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -104,10 +109,14 @@ async def test_a_gateway_gone_at_run_time_is_one_error_line_and_a_failed_task(
         finally:
             if not stopped:
                 await gateway.__aexit__(None, None, None)
-    assert waited < 40  # the client's retries (8 tries, backoff), not for ever
+    # The client's retries for --gateway-retry-for (the last pause may run past it), not
+    # for ever.
+    assert 3 <= waited < 20
     assert f"task {task['id']}: could not hand its WORKING status update" in line
     assert f"cannot reach the gateway at {url} (connection refused)" in line
-    assert "gave up after 8 tries in" in line and "refused the event" not in line
+    gave_up = re.search(r"gave up after (\d+) tries in (\d+) s", line)
+    assert gave_up is not None and "refused the event" not in line
+    assert int(gave_up[1]) >= 2 and int(gave_up[2]) >= 3
     assert len(errors(agent)) == 1  # the FAILED status it tried to hand over next: INFO
     assert "Traceback" not in "".join(agent.stderr)
 
