@@ -205,27 +205,67 @@ WORKER_INDEX_ENV = "A2A_RECEIVER_WORKER_INDEX"
 _PR_SET_PDEATHSIG = 1
 
 
+# How long a worker whose supervisor is gone gets to stop gracefully (it was sent
+# SIGTERM) before it exits anyway.
+ORPHAN_GRACE_SECONDS = 10.0
+_ORPHAN_POLL_SECONDS = 0.5
+
+
 def _die_with_supervisor(prog: str) -> None:
     """A worker ends when its supervisor does, even one killed with SIGKILL (which cannot
     forward a signal): on Linux the kernel sends the worker SIGTERM then (a graceful
-    stop). A supervisor already gone before this ran: the worker stops now."""
+    stop). A supervisor already gone before this ran: the worker stops now. Either way,
+    a watch thread sees the supervisor go, asks for the graceful stop where no signal
+    came, and ends the worker if it is still here :data:`ORPHAN_GRACE_SECONDS` later."""
     expected = os.environ.get(SUPERVISOR_PID_ENV)
     if expected is None:
         return  # started by hand
-    if sys.platform.startswith("linux"):
-        import signal
+    import signal
 
+    signalled = False
+    if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            signalled = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
         except (ImportError, OSError, AttributeError):  # a Python built without ctypes
             logging.getLogger(__name__).debug("no parent-death signal for this worker")
-    if str(os.getppid()) != expected and not _alive(int(expected)):
+    parent = os.getppid()
+    if str(parent) != expected and not _alive(int(expected)):
         # (A parent other than the supervisor, which is alive: a launcher in between.)
         print_error("the supervisor of this receiver worker has exited", prog)
         raise SystemExit(1)
+    watch_parent(parent, prog, signalled=signalled)
+
+
+def watch_parent(
+    parent: int, prog: str, *, signalled: bool, grace: float = ORPHAN_GRACE_SECONDS
+) -> None:
+    """Watch, on a daemon thread, for this process's parent ``parent`` to go (the process
+    is handed to another parent then). When it does: SIGTERM to this process, unless the
+    kernel sends one already (``signalled``: a parent-death signal is set); and if the
+    process has not stopped ``grace`` seconds later (a graceful stop that hangs), one
+    error line and exit code 1, at once. A worker never outlives its supervisor for
+    long, serving the port with settings nobody watches."""
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_ORPHAN_POLL_SECONDS)
+        if not signalled:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        print_error(
+            f"the supervisor of this receiver worker has exited and the worker did not "
+            f"stop within {grace:g} s; stopping it now",
+            prog,
+        )
+        os._exit(1)
+
+    threading.Thread(target=watch, name="a2a-receiver-supervisor-watch", daemon=True).start()
 
 
 def _alive(pid: int) -> bool:

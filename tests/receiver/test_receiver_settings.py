@@ -789,6 +789,64 @@ def test_workers_announce_once_and_go_when_the_supervisor_is_killed(tmp_path: Pa
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+# A process under a parent that is then killed with SIGKILL: it watches its parent with
+# receiver.cli.watch_parent (no parent-death signal set), and either stops on SIGTERM
+# as a worker's graceful stop does, or ignores it (a graceful stop that hangs).
+_ORPHAN = """
+import os, signal, sys, time
+from receiver.cli import watch_parent
+if sys.argv[1] == "hangs":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+watch_parent(os.getppid(), "a2a-receiver", signalled=False, grace=1.0)
+print("watching", flush=True)
+time.sleep(60)
+print("outlived its parent", flush=True)
+"""
+_PARENT = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("stop", ["stops", "hangs"])
+def test_a_worker_whose_supervisor_is_gone_is_stopped_then_ended(stop: str) -> None:
+    """The watch thread of a receiver worker: once the parent is gone it sends SIGTERM
+    (the graceful stop); a worker still there a grace period later (here 1 s) says so in
+    one line and exits, instead of serving the port for good."""
+    import signal
+    import time
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, _ORPHAN, stop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert parent.stdout is not None and parent.stderr is not None
+        assert parent.stdout.readline() == "watching\n"
+        parent.kill()
+        parent.wait(timeout=10)
+        killed = time.monotonic()
+        # The orphan holds the pipes until it exits: their end is its end.
+        rest, err = parent.communicate(timeout=20)
+        took = time.monotonic() - killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert rest == ""  # it never got to outlive its parent
+    if stop == "stops":
+        assert err == "" and took < 5  # SIGTERM's default: gone at once
+    else:
+        assert 1.0 <= took < 10
+        assert err.splitlines() == [
+            "a2a-receiver: error: the supervisor of this receiver worker has exited and "
+            "the worker did not stop within 1 s; stopping it now"
+        ]
+
+
 def _alive(pid: int) -> bool:
     """Running, not a zombie waiting to be reaped (by init, once orphaned)."""
     try:
