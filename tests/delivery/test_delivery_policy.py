@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from a2a_push.delivery.health import BreakerState, EndpointHealth
+from a2a_push.delivery.ratelimit import JITTER, EndpointRateLimiter, RateLimits
 from a2a_push.delivery.retry import RetryPolicy, Verdict, classify, parse_retry_after
 from a2a_push.delivery.transport import AddressRefused, ConnectError, HTTPResult, RequestTimeout
 from a2a_push.store import StoredConfig
+from a2a_push.store.sqlite import SQLiteStore
 
 
 def result(status: int, **headers: str) -> HTTPResult:
@@ -244,3 +247,31 @@ def test_a_retry_after_date_beyond_what_datetime_holds_is_ignored(value: str) ->
     # It raised OverflowError, and the delivery was dead-lettered as an internal error
     # instead of retried on the schedule.
     assert parse_retry_after({"Retry-After": value}, now=0) is None
+
+
+async def test_endpoints_refused_a_token_together_wait_for_the_next_one_apart(
+    tmp_path: Path,
+) -> None:
+    """Twenty endpoints limited to 1/s, each refused its second token at the same moment:
+    each is told to wait at least until its bucket has a token again, and at most 20 %
+    longer (JITTER), and not all for the same time, so that they do not go on sending
+    (and timing out) in step."""
+    store = SQLiteStore(tmp_path / "a2a-push.db")
+    await store.open()
+    try:
+        endpoints = [f"http://127.0.0.1:{9000 + n}" for n in range(20)]
+        limiter = EndpointRateLimiter(store, RateLimits(endpoints=dict.fromkeys(endpoints, 1.0)))
+        for endpoint in endpoints:  # the bucket's one token (its burst), taken at once
+            assert await limiter.acquire(endpoint, time.monotonic() + 5) is None
+        before = time.time()
+        # A deadline already passed: the answer is when a token may be had, at once.
+        due = [await limiter.acquire(e, time.monotonic()) for e in endpoints]
+        after = time.time()
+    finally:
+        await store.close()
+    assert all(d is not None for d in due)
+    waits = [d - before for d in due if d is not None]
+    # The bucket refills one token per second; its wait is at most stretched by JITTER.
+    assert all(0.5 <= w <= (1.0 + JITTER) + (after - before) for w in waits), waits
+    assert max(waits) - min(waits) > 0.01, waits  # apart: 20 draws within 10 ms is ~0
+
