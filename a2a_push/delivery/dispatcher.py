@@ -101,6 +101,12 @@ def _transient(exc: Exception) -> bool:
     return isinstance(exc, TimeoutError | ConnectionError | StoreBusyError)
 
 
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    """A slot wait's deadline: it ends without a slot, unless one came first."""
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 def _slot_handed(waiter: asyncio.Future[bool]) -> bool:
     """Whether an endpoint slot was handed to ``waiter`` (it then holds one)."""
     return waiter.done() and not waiter.cancelled() and waiter.result()
@@ -482,19 +488,21 @@ class Dispatcher:
             if not queue:
                 del self._slot_queues[endpoint]
             return False
-        handed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        handed: asyncio.Future[bool] = loop.create_future()
         queue.append(handed)
+        # A bare timer rather than asyncio.timeout(): this wait happens for most
+        # deliveries under load, and the deadline is seldom reached. Whichever comes
+        # first settles the future: a slot (True) or the deadline (False).
+        timer = loop.call_later(remaining, _time_up, handed)
         got = False
         try:
-            try:
-                async with asyncio.timeout(remaining):
-                    got = await handed
-            except TimeoutError:
-                got = _slot_handed(handed)  # it came as the time ran out: it is ours
+            got = await handed
             if got and self._stop_begun():
                 got = False  # handed over just before stop(): no request starts now
             return got
         finally:
+            timer.cancel()
             if not handed.done():
                 handed.cancel()
             elif not got and _slot_handed(handed):
