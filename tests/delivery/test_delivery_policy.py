@@ -274,4 +274,3 @@ async def test_endpoints_refused_a_token_together_wait_for_the_next_one_apart(
     # The bucket refills one token per second; its wait is at most stretched by JITTER.
     assert all(0.5 <= w <= (1.0 + JITTER) + (after - before) for w in waits), waits
     assert max(waits) - min(waits) > 0.01, waits  # apart: 20 draws within 10 ms is ~0
-
