@@ -24,7 +24,9 @@ more than ``_WAL_CATCH_UP_BYTES``, the writer catches up between two batches, of
 event loop (see ``_restart_wal``): it holds writes off, this process's and any other's,
 while it copies what the thread could not (milliseconds; tens on a slow disk), then
 starts the WAL over. Without this the WAL grows as long as writes keep coming
-(gigabytes under steady load), and so does every reader's work.
+(gigabytes under steady load), and so does every reader's work. A catch-up that
+other connections kept from finishing is tried again after 10 ms, then 20, 40… up to
+the checkpoint interval.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ _WAL_CATCH_UP_BYTES: Final = 32 * 1024 * 1024
 _WAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 # How long a catch-up waits for other processes' transactions on the file.
 _CATCH_UP_WAIT_MS: Final = 100
+# After a catch-up that other connections kept from finishing, the first wait before the
+# next try (it doubles with each failure, up to the checkpoint interval).
+_CATCH_UP_RETRY: Final = 0.01
 
 log = logging.getLogger("a2a_push.store.sqlite")
 
@@ -135,6 +140,7 @@ class SQLiteWriter:
         self._checkpoint_conn: sqlite3.Connection | None = None  # used on that thread
         self._checkpoint_failing = False
         self._catch_up = False  # the writer checkpoints between its next two batches
+        self._catch_up_retry = _CATCH_UP_RETRY
         self._frame_bytes = 4096 + 24  # a WAL frame: a page and its header (see start)
         self.wal_frames = 0  # frames in the WAL at the last checkpoint
         self.wal_restarts = 0  # catch-ups that started the WAL over
@@ -303,6 +309,21 @@ class SQLiteWriter:
         if restarted:
             self.wal_restarts += 1
             self.wal_frames = 0
+            self._catch_up_retry = _CATCH_UP_RETRY
+        elif not self._closed:
+            # Another process's checkpoint or readers kept it from finishing. Try again
+            # soon rather than at the next checkpoint (a second apart by default, and only
+            # once one is not itself kept from running): two processes writing flat out
+            # grew the WAL by tens of MiB meanwhile. The waits double up to the checkpoint
+            # interval, since each try holds this process's writes off for a while.
+            delay = self._catch_up_retry
+            self._catch_up_retry = min(delay * 2, self._checkpoint_every)
+            asyncio.get_running_loop().call_later(delay, self._retry_catch_up)
+
+    def _retry_catch_up(self) -> None:
+        if not self._closed and self._broken is None:
+            self._catch_up = True
+            self._wake.set()
 
     def _checkpoint_failed(self, exc: Exception) -> None:
         # One line when checkpoints start failing (a full or failing disk), not one a second.

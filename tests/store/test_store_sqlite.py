@@ -677,3 +677,42 @@ def test_an_in_memory_name_is_refused_with_the_store_to_use(name: str) -> None:
     # fail to switch to WAL mode.
     with pytest.raises(ValueError, match=r"MemoryStore\(\)"):
         SQLiteStore(name)
+
+
+async def test_a_catch_up_kept_from_finishing_is_tried_again_soon(tmp_path: Path) -> None:
+    """A reader in the WAL keeps a catch-up from starting it over. The writer tries again
+    within milliseconds once the reader is gone, not at its next checkpoint (here 60 s
+    away, as a second is by default: two processes writing flat out would grow the WAL
+    by tens of MiB meanwhile)."""
+    from a2a_push.database.sqlite_writer import prepare_writer_connection
+
+    db = tmp_path / "held.db"
+    wal_writer_worker.create(db)
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    prepare_writer_connection(conn)
+    writer = SQLiteWriter(
+        conn, f"{db}-wal", durable=False, name="held", checkpoint_every=60, wal_catch_up_bytes=1
+    )
+    writer.start()
+    reader = sqlite3.connect(db, isolation_level=None)
+    try:
+        for _ in range(20):
+            await writer.write(lambda c: c.execute("INSERT INTO t (v) VALUES (zeroblob(4096))"))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM t").fetchone()  # holds its snapshot in the WAL
+        writer._catch_up = True  # what the checkpoint loop sets past wal_catch_up_bytes
+        await writer.write(lambda c: c.execute("INSERT INTO t (v) VALUES (zeroblob(4096))"))
+        await asyncio.sleep(0.4)
+        assert writer.wal_restarts == 0  # the reader kept every try from finishing
+        reader.execute("COMMIT")
+        started = time.monotonic()
+        for _ in range(300):  # 3 s at most
+            if writer.wal_restarts:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.wal_restarts == 1, "not tried again"
+        assert time.monotonic() - started < 1.5  # the waits double from 10 ms
+    finally:
+        reader.close()
+        await writer.close()
+        conn.close()
