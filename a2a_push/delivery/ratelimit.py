@@ -138,6 +138,7 @@ class EndpointRateLimiter:
                         granted, wait = await self.store.take_tokens(
                             endpoint, rate=rate, capacity=capacity(rate), want=batch(rate)
                         )
+                        wait *= 1.0 + JITTER * random.random()  # (see JITTER)
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:
@@ -156,7 +157,7 @@ class EndpointRateLimiter:
                         local.tokens = granted - 1
                         local.expires = now + HOLD
                         return None
-                    local.next_at = now + wait * (1.0 + JITTER * random.random())
+                    local.next_at = now + wait
                 at = local.next_at
             if at > deadline:
                 return time.time() + (at - time.monotonic())
