@@ -93,13 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
     parser.add_argument(
         "--gateway-key",
         metavar="KEY",
-        default=env.get(ENV_GATEWAY_KEY),
         help=f"the agent's API key at the gateway (default: ${ENV_GATEWAY_KEY})",
     )
+    # Told apart from a --gateway-key typed on the command line: the environment's key is
+    # only used with --gateway, and is no mistake without it.
+    parser.set_defaults(gateway_key_env=env.get(ENV_GATEWAY_KEY))
     parser.add_argument(
         "--gateway-retry-for",
         type=positive_seconds,
-        default=DEFAULT_GATEWAY_RETRY_FOR,
         metavar="SECONDS",
         help="how long one event's hand-off is retried while the gateway is unavailable "
         f"(at most 8 tries), before its task fails (default: {DEFAULT_GATEWAY_RETRY_FOR:g})",
@@ -130,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--allow-webhook-host: {exc}", 2) from None
     if args.log_format not in LOG_FORMATS:
         raise CLIError(f"${ENV_LOG_FORMAT}: {args.log_format!r}; use text or json", 2)
-    if bool(args.gateway) != bool(args.gateway_key):
-        raise CLIError(f"--gateway needs --gateway-key (or ${ENV_GATEWAY_KEY})", 2)
+    _check_gateway_options(args)
+    gateway_key = args.gateway_key or args.gateway_key_env if args.gateway else None
     return serve(
         host=args.host,
         port=args.port,
@@ -141,13 +142,36 @@ def run(args: argparse.Namespace) -> int:
         step_delay=args.step_delay,
         retry_schedule=args.retry_schedule,
         gateway_url=gateway_url(args.gateway, "--gateway") if args.gateway else None,
-        gateway_key=args.gateway_key,
-        gateway_retry_for=args.gateway_retry_for,
+        gateway_key=gateway_key,
+        gateway_retry_for=args.gateway_retry_for or DEFAULT_GATEWAY_RETRY_FOR,
         log_level=args.log_level,
         log_format=args.log_format,
         tracing=args.tracing,
         prog=PROG,
     )
+
+
+def _check_gateway_options(args: argparse.Namespace) -> None:
+    """Options that only mean something with --gateway, or only without it, are refused
+    in the other mode rather than ignored."""
+    if args.gateway:
+        if not (args.gateway_key or args.gateway_key_env):
+            raise CLIError(f"--gateway needs --gateway-key KEY (or ${ENV_GATEWAY_KEY})", 2)
+        if args.retry_schedule is not None:
+            # The gateway sends the webhooks, on its own retry schedule.
+            raise CLIError(
+                "--retry-schedule is for the embedded notifier; with --gateway the gateway "
+                "sends the webhooks: give `a2a-push gateway` the --retry-schedule, or leave "
+                "out --gateway",
+                2,
+            )
+        return
+    for given, option in (
+        (args.gateway_key is not None, "--gateway-key"),
+        (args.gateway_retry_for is not None, "--gateway-retry-for"),
+    ):
+        if given:
+            raise CLIError(f"{option} only applies with --gateway URL; add --gateway URL", 2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1120,6 +1120,30 @@ def test_mock_agent_refuses_a_gateway_url_with_credentials(cli: CLI) -> None:
     assert "user-info" in line
 
 
+RETRIES = ["--retry-schedule", "1,2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--gateway-retry-for", "5"], "--gateway-retry-for only applies with --gateway URL"),
+        (["--gateway-key", AGENT_KEY], "--gateway-key only applies with --gateway URL"),
+        (["--gateway", "http://127.0.0.1:9"], "--gateway needs --gateway-key KEY"),
+        (
+            ["--gateway", "http://127.0.0.1:9", "--gateway-key", AGENT_KEY, *RETRIES],
+            "give `a2a-push gateway` the --retry-schedule",
+        ),
+    ],
+)
+def test_mock_agent_refuses_options_of_the_other_mode(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch, args: list[str], expected: str
+) -> None:
+    # Refused, not ignored: the agent would otherwise run without what was asked for.
+    monkeypatch.delenv("A2A_PUSH_GATEWAY_KEY", raising=False)
+    line = one_line_error(cli("mock-agent", *args), 2)
+    assert expected in line
+
+
 @pytest.mark.parametrize("port", ["0", "70000", "-1"])
 def test_mock_agent_refuses_a_port_out_of_range(cli: CLI, port: str) -> None:
     line = one_line_error(cli("mock-agent", "--port", port), 2)

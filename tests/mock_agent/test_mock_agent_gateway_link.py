@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ..gateway_support import AGENT_KEY, OTHER_KEY, free_port, gateway_settings, running_gateway
 from ..mock_agent_support import ALICE, REPO_ROOT, Agent, message, mock_agent_process
 from .test_mock_agent_console import post
@@ -61,6 +63,22 @@ async def test_with_nothing_at_the_gateway_url_it_stops_with_one_line() -> None:
         f"a2a-push: error: cannot reach the gateway at {url} (connection refused): is "
         "`a2a-push gateway` running there?"
     ]
+
+
+async def test_a_gateway_key_in_the_environment_counts_only_with_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only a --gateway-key typed with the command is a mistake without --gateway (the
+    # CLI tests check that): a key exported for other runs is not used, and the agent
+    # starts with its embedded notifier as usual.
+    monkeypatch.setenv("A2A_PUSH_GATEWAY_KEY", AGENT_KEY)
+    async with mock_agent_process(tmp_path) as agent:
+        assert agent.process.returncode is None
+    assert not any("gateway" in line for line in agent.stderr)
+    # With --gateway, it is the key: the agent goes on to ask the gateway.
+    url = f"http://127.0.0.1:{free_port()}"
+    code, _, err = await start("--gateway", url)
+    assert code == 1 and f"cannot reach the gateway at {url}" in err
 
 
 async def test_a_key_the_gateway_refuses_stops_it_with_one_line(tmp_path: Path) -> None:
