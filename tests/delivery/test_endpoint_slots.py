@@ -39,6 +39,22 @@ def _waiting(d: Dispatcher) -> int:
     return int(waiting.get(ENDPOINT, 0))
 
 
+def test_lanes_writing_outcomes_leave_the_endpoint_claimable_up_to_four_times_its_cap() -> None:
+    d = _dispatcher(per_endpoint=2)
+    held, writing = d._held, d._writing
+
+    held[ENDPOINT] = 2  # both on the wire: nothing more is claimed for it
+    assert ENDPOINT in d._unavailable_endpoints()
+    # Outcomes being written do not hold the endpoint's slots: claims go on while
+    # fewer than per_endpoint are not writing, up to four times per_endpoint in all.
+    held[ENDPOINT], writing[ENDPOINT] = 7, 6
+    assert ENDPOINT not in d._unavailable_endpoints()
+    held[ENDPOINT], writing[ENDPOINT] = 8, 7
+    assert ENDPOINT in d._unavailable_endpoints()
+    held[ENDPOINT], writing[ENDPOINT] = 7, 5
+    assert ENDPOINT in d._unavailable_endpoints()
+
+
 async def test_a_freed_slot_goes_to_the_first_waiter_alone() -> None:
     d = _dispatcher(per_endpoint=1)
     assert await d._endpoint_slot(ENDPOINT, time.monotonic() + 10)
