@@ -166,6 +166,10 @@ async def _gateway(database: str) -> tuple[asyncio.subprocess.Process, str]:
         f"bench:{AGENT_KEY}",
         "--allow-webhook-host",
         "127.0.0.1",
+        # One issuer for the replicas, as in production (each would otherwise sign as
+        # its own address, and the second warns that they differ).
+        "--public-url",
+        "http://bench.local",
         "--log-level",
         "WARNING",
         env=env,
