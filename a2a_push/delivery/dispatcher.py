@@ -442,10 +442,10 @@ class Dispatcher:
         of others are written (what a database a round trip away needs: B6 measured
         one gateway on PostgreSQL 9-15 % faster than with twice, where the writes of
         16 outcomes often outlasted 16 requests); an endpoint whose requests hang is
-        saturated at ``per_endpoint``. One claim hands out at
-        most ``per_endpoint`` more lanes per endpoint, and fewer than twice
-        ``per_endpoint`` may wait for a slot (see ``_endpoint_slot``), so claimed work
-        is not handed back for want of a slot.
+        saturated at ``per_endpoint``. One claim hands out at most ``per_endpoint``
+        more lanes per endpoint, and fewer than twice ``per_endpoint`` may wait for a
+        slot (see ``_endpoint_slot``), so claimed work is not handed back for want of a
+        slot.
         """
         cap = self.options.per_endpoint
         busy = {
