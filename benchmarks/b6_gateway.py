@@ -311,6 +311,11 @@ def _median(drains: list[Drain]) -> Drain:
     return sorted(drains, key=lambda d: d.rate)[len(drains) // 2]
 
 
+def _totals(drains: list[Drain]) -> tuple[int, int]:
+    """Duplicates and lost deliveries over every run."""
+    return sum(d.duplicates for d in drains), sum(d.lost for d in drains)
+
+
 async def run(p: B6Params | None = None) -> dict[str, Any]:
     p = p or B6Params()
     header(
@@ -347,8 +352,7 @@ async def run(p: B6Params | None = None) -> dict[str, Any]:
         if drains:
             progress(TAG, f"{name}: runs at " + ", ".join(f"{d.rate:,.0f}/s" for d in drains))
     d = _median(runs["sqlite"])
-    duplicates = sum(x.duplicates for x in runs["sqlite"])
-    lost = sum(x.lost for x in runs["sqlite"])
+    duplicates, lost = _totals(runs["sqlite"])
     rows.append(["embedded notifier, SQLite", 1, d.rate, d.expected, duplicates, lost])
     rows[-1] += [None, None, d.gateway_cpu_us, None, "", ""]
     results["sqlite"] = d.rate
@@ -357,8 +361,7 @@ async def run(p: B6Params | None = None) -> dict[str, Any]:
         for workers in (1, 2):
             drains = runs[f"pg{workers}"]
             d = _median(drains)
-            duplicates = sum(x.duplicates for x in drains)
-            lost = sum(x.lost for x in drains)
+            duplicates, lost = _totals(drains)
             note = "" if lost == 0 else "a drain did not finish within the limit"
             ratio = f"{d.rate / results['sqlite']:.2f}x" if results["sqlite"] else ""
             rows.append(

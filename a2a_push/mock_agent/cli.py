@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.log_format not in LOG_FORMATS:
         raise CLIError(f"${ENV_LOG_FORMAT}: {args.log_format!r}; use text or json", 2)
     _check_gateway_options(args)
-    gateway_key = args.gateway_key or args.gateway_key_env if args.gateway else None
+    gateway_key = (args.gateway_key or args.gateway_key_env) if args.gateway else None
     return serve(
         host=args.host,
         port=args.port,
