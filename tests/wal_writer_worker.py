@@ -31,16 +31,31 @@ def create(db: Path) -> None:
 def wal_restarts(db: Path, *, settled: bool = False) -> int:
     """The WAL header's checkpoint sequence number: how often the WAL started over.
 
-    ``settled``: read until two reads agree, for a reader racing another connection that
-    may be rewriting the header (starting the WAL over), and a read then sees part of
-    the old header and part of the new one."""
-    previous: bytes | None = None
+    ``settled``: read until the header's own checksum holds, for a reader racing another
+    connection that may be rewriting the header (starting the WAL over), and a read then
+    sees part of the old header and part of the new one. (Two reads that agreed were not
+    enough: a torn read once came twice and counted a restart backwards.)"""
     while True:
         with open(f"{db}-wal", "rb") as f:
             header = f.read(32)
-        if not settled or header == previous:
+        if not settled or _header_intact(header):
             return int(struct.unpack(">I", header[12:16])[0])
-        previous = header
+
+
+def _header_intact(header: bytes) -> bool:
+    """The WAL header's checksum (over its first 24 bytes, in the byte order its magic
+    number names) matches the one it carries."""
+    if len(header) < 32:
+        return False
+    (magic,) = struct.unpack(">I", header[:4])
+    if magic not in (0x377F0682, 0x377F0683):
+        return False
+    words = struct.unpack((">" if magic & 1 else "<") + "6I", header[:24])
+    s0 = s1 = 0
+    for i in range(0, 6, 2):
+        s0 = (s0 + words[i] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[i + 1] + s0) & 0xFFFFFFFF
+    return (s0, s1) == struct.unpack(">2I", header[24:32])
 
 
 @dataclass

@@ -224,7 +224,15 @@ async def _delivered_by(url: str) -> float:
 async def test_two_replicas_drain_a_shared_backlog_without_duplicates_in_order() -> None:
     tasks = [f"task-{uuid.uuid4().hex[:8]}" for _ in range(12)]
     events = 8
-    async with WebhookSink() as sink, cluster() as (_db, replicas):
+    # Each replica keeps at most 2 requests on the wire to the sink (one endpoint), each
+    # taking 20 ms: one replica alone cannot hold the 12 lanes, nor drain them before the
+    # other (woken by the events published to it) claims some, however the first claims go.
+    async with (
+        WebhookSink() as sink,
+        cluster(A2A_GATEWAY_MAX_IN_FLIGHT_PER_ENDPOINT="2") as (_db, replicas),
+    ):
+        for t in tasks:
+            sink.set_default(f"/{t}", SinkResponse(status=200, delay=0.02))
         a = await replicas.add()
         b = await replicas.add()
         await _create_configs(a.url, sink, tasks)
