@@ -370,8 +370,8 @@ class Dispatcher:
                     break
                 # The lane's next event was due and is leased to us: send it now, without
                 # a claim round.
-                task = self._in_flight.pop(current.id)
-                self._in_flight[nxt.id] = task
+                self._forget(current.id)
+                self._in_flight[nxt.id] = _this_task()
                 current = nxt
                 if self._stopping:
                     with _bookkeeping():
@@ -415,12 +415,22 @@ class Dispatcher:
                 self.metrics.child(self.metrics.deliveries, "dead").inc()
         finally:
             self._unhold(held)
-            self._in_flight.pop(current.id, None)
+            self._forget(current.id)
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot_freed.set()
             self._wake.set()  # the lane's next event may be due right now
             if not self._in_flight:
                 self._idle.set()
+
+    def _forget(self, delivery_id: str) -> None:
+        """Take ``delivery_id`` off the in-flight deliveries, if this task is the one
+        sending it. A delivery this task handed back (its endpoint had no slot free) may
+        have been claimed again before the hand-back's answer came (on PostgreSQL the
+        claim runs on another connection), by a task of its own: that entry stays. (It
+        used to be dropped, and that task then failed as it moved on to the lane's next
+        delivery, which stayed leased and unsent until its lease ran out.)"""
+        if self._in_flight.get(delivery_id) is _this_task():
+            del self._in_flight[delivery_id]
 
     async def _drop_unsendable(self, delivery: Delivery) -> None:
         config = delivery.config
@@ -1023,6 +1033,12 @@ def _log_fields(delivery: Delivery, outcome: Outcome, sent: _Sent | None) -> dic
         "verdict": outcome.kind,
         "trace_id": tracing.trace_id_of(delivery.traceparent),
     }
+
+
+def _this_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    assert task is not None  # (deliveries are sent by tasks)
+    return task
 
 
 def _endpoint_or_none(delivery: Delivery) -> str | None:

@@ -5,12 +5,22 @@ passing straight to the first of them."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Sequence
+
+import pytest
 
 from a2a_push.delivery.dispatcher import Dispatcher, DispatcherOptions
 from a2a_push.delivery.ssrf import AddressPolicy
 from a2a_push.delivery.transport import Transport
+from a2a_push.endpoints import endpoint_of
+from a2a_push.ids import new_delivery_id
+from a2a_push.store import Store
 from a2a_push.store.memory import MemoryStore
+from a2a_push.testing import SinkResponse, WebhookSink
+
+from ..conftest import config
 
 ENDPOINT = "http://127.0.0.1:9"
 
@@ -166,3 +176,66 @@ async def test_a_slot_handed_over_as_the_wait_runs_out_is_kept() -> None:
     assert d.endpoint_load() == {ENDPOINT: 1}
     d._release_endpoint_slot(ENDPOINT)
     assert d.endpoint_load() == {} and _waiting(d) == 0
+
+
+async def test_a_delivery_claimed_again_before_its_hand_back_returns_goes_on_with_its_lane(
+    store: Store, sink: WebhookSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery that finds its endpoint's queue full is handed back, due at once. The
+    claim loop may take it again before the hand-back's answer reaches the first task
+    (on PostgreSQL the claim runs on another connection): that task ending must leave
+    the new one's delivery in flight, so the new one goes on to the lane's next event.
+    (It took it out: the new task failed moving on, the delivery was dead-lettered and
+    the lane's next event stayed leased, unsent, until its lease ran out.)"""
+    sink.set_default("/hook", SinkResponse(status=200, delay=0.3))
+    await store.put_config(config("t", url=sink.url("/hook")))
+    for n in range(2):
+        await store.enqueue(
+            "t", "statusUpdate", lambda _v, n=n: f'{{"n": {n}}}'.encode(), new_id=new_delivery_id
+        )
+    transport = Transport(AddressPolicy(allow_loopback=True))
+    await transport.start()
+    d = Dispatcher(
+        store, transport, None, options=DispatcherOptions(per_endpoint=2, poll_interval=0.05)
+    )
+    endpoint = endpoint_of(sink.url("/hook"))
+    # Both slots taken and four deliveries waiting for one: the queue is full.
+    for _ in range(2):
+        assert await d._endpoint_slot(endpoint, time.monotonic() + 10)
+    waiters = [
+        asyncio.create_task(d._endpoint_slot(endpoint, time.monotonic() + 10)) for _ in range(4)
+    ]
+    await _settle()
+    handed_back, answered = asyncio.Event(), asyncio.Event()
+    release = store.release
+
+    async def late_answer(delivery_ids: Sequence[str], *, worker_id: str) -> None:
+        if handed_back.is_set():
+            await release(delivery_ids, worker_id=worker_id)
+            return
+        for waiter in waiters:  # the endpoint frees up meanwhile
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        for _ in range(2):
+            d._release_endpoint_slot(endpoint)
+        await release(delivery_ids, worker_id=worker_id)  # written: the lane is due
+        handed_back.set()
+        await answered.wait()  # the answer comes late
+
+    monkeypatch.setattr(store, "release", late_answer)
+    d.start()
+    try:
+        await asyncio.wait_for(handed_back.wait(), 5)
+        # Claimed again by a task of its own, which takes a slot and sends it...
+        async with asyncio.timeout(5):
+            while d.endpoint_load() != {endpoint: 1}:  # noqa: ASYNC110 (no event for it)
+                await asyncio.sleep(0.01)
+        answered.set()  # ...while the first task, answered at last, ends
+        await sink.wait_for(2, timeout=5)
+        assert [json.loads(h.body)["n"] for h in sink.on("/hook")] == [0, 1]
+        await d.wait_idle(5)  # both outcomes written
+        stats = await store.stats()
+        assert stats.dead == 0 and stats.pending == 0, stats
+    finally:
+        await d.stop()
+        await transport.close()
