@@ -10,6 +10,7 @@ import os
 import sqlite3
 import struct
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,11 +36,14 @@ def wal_restarts(db: Path, *, settled: bool = False) -> int:
     connection that may be rewriting the header (starting the WAL over), and a read then
     sees part of the old header and part of the new one. (Two reads that agreed were not
     enough: a torn read once came twice and counted a restart backwards.)"""
+    deadline = time.monotonic() + 5
     while True:
         with open(f"{db}-wal", "rb") as f:
             header = f.read(32)
         if not settled or _header_intact(header):
             return int(struct.unpack(">I", header[12:16])[0])
+        # A header being rewritten is whole again within microseconds.
+        assert time.monotonic() < deadline, f"no intact WAL header in 5 s: {header.hex()}"
 
 
 def _header_intact(header: bytes) -> bool:
