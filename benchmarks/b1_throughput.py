@@ -2,8 +2,11 @@
 
 Compared in one run with the official a2a-sdk ``BasePushNotificationSender`` (httpx,
 best-effort, nothing stored or signed), a raw aiohttp POST loop posting the same JSON
-bodies (the ceiling: no storage, no signing, no ordering), and that loop with an ES256
-JWT per request (the ceiling for a signed sender, before anything is stored).
+bodies (the ceiling: no storage, no signing, no ordering), that loop with an ES256
+JWT per request (the ceiling for a signed sender, before anything is stored), and the
+signed loop with the least a durable sender must write: a minimal SQLite log, and an
+ordered one with attempt rows (what an outbox that keeps order per task and an attempt
+history must write at least).
 """
 
 from __future__ import annotations
@@ -313,10 +316,42 @@ class _MinimalLog:
             self._conn.executemany(sql, rows)
         self._conn.execute("COMMIT")
         self.busy_seconds += time.thread_time() - started
-        if any(sql.startswith("INSERT") for sql in by_sql):
+        # Only new deliveries need the fsync: a mark (or an attempt row) lost to a
+        # power failure means a body sent again, which receivers deduplicate.
+        if any(sql.startswith("INSERT INTO log") for sql in by_sql):
             await asyncio.get_running_loop().run_in_executor(None, os.fsync, self._wal)
         for _, _, fut in batch:
             fut.set_result(None)
+
+
+class _OrderedLog(_MinimalLog):
+    """``_MinimalLog`` plus what an ordered outbox with an attempt history must also
+    write: each delivery's seq in its task with its insert, and an attempt row with its
+    mark (the order itself is kept in memory by the sender: one in flight per task)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._conn.execute("ALTER TABLE log ADD COLUMN seq INTEGER")
+        self._conn.execute(
+            "CREATE TABLE attempts (delivery_id TEXT, number INTEGER, started_at REAL, "
+            "duration REAL, status INTEGER, PRIMARY KEY (delivery_id, number)) WITHOUT ROWID"
+        )
+
+    async def insert_seq(self, delivery_id: str, task_id: str, seq: int, body: bytes) -> None:
+        await self._queue(
+            "INSERT INTO log (id, task_id, body, sent, seq) VALUES (?, ?, ?, 0, ?)",
+            (delivery_id, task_id, body, seq),
+        )
+
+    async def sent_with_attempt(
+        self, delivery_id: str, started: float, duration: float, status: int
+    ) -> None:
+        # Both in one batch, one wait: the mark is queued with a future nobody awaits.
+        mark = asyncio.get_running_loop().create_future()
+        self._ops.append(("UPDATE log SET sent = 1 WHERE id = ?", (delivery_id,), mark))
+        await self._queue(
+            "INSERT INTO attempts VALUES (?, 1, ?, ?, ?)", (delivery_id, started, duration, status)
+        )
 
 
 class PyJWTSigner(WebhookSigner):
@@ -428,6 +463,7 @@ async def run_raw(
     repeats: int = 3,
     signed: bool = False,
     durable: bool = False,
+    ordered: bool = False,
     signer_class: type[WebhookSigner] = WebhookSigner,
 ) -> B1Row:
     """A bare aiohttp POST loop: pre-rendered bodies, no storage, no signing, no order.
@@ -436,12 +472,17 @@ async def run_raw(
     sends (``X-A2A-Signature`` and ``Authorization``): the ceiling for any signed sender
     on this machine, before anything is stored. ``durable`` (with ``signed``): each body
     also goes through ``_MinimalLog`` (inserted and fsynced before the POST, marked sent
-    after). ``signer_class``: PyJWTSigner to sign with PyJWT instead. It is over in about
-    a second, so it runs ``repeats`` times; the median run counts.
+    after). ``ordered`` (durable too): through ``_OrderedLog`` instead, each task's bodies
+    sent one at a time in seq order, an attempt row written with each mark: the least an
+    ordered outbox with an attempt history must do. ``signer_class``: PyJWTSigner to sign
+    with PyJWT instead. It is over in about a second, so it runs ``repeats`` times; the
+    median run counts.
     """
     if signer_class is PyJWTSigner:
         label = f"raw loop + PyJWT ES256 JWT per request (median of {repeats})"
         signed = True
+    elif ordered:
+        label = f"{ORDERED_LABEL} (median of {repeats})"
     elif durable:
         label = f"raw loop + ES256 JWT + minimal SQLite log (median of {repeats})"
     elif signed:
@@ -454,12 +495,18 @@ async def run_raw(
     signer = signer_class(KeySet.generate(), issuer=ISSUER)
     counter = itertools.count()
     log: _MinimalLog | None = None
+    durable = durable or ordered
     signed = signed or durable
+    seqs: dict[str, int] = {}  # ordered: each task's last seq
+    sending: dict[str, asyncio.Future[None]] = {}  # ordered: each task's last body queued
     with temp_dir("a2a-push-b1-raw-") as tmp:
         connector = aiohttp.TCPConnector(limit=p.concurrency, limit_per_host=p.concurrency)
         async with aiohttp.ClientSession(connector=connector) as session:
 
             async def post(item: tuple[str, bytes]) -> None:
+                if ordered:
+                    await post_in_order(item)
+                    return
                 headers = {"Content-Type": "application/a2a+json"}
                 n = next(counter)
                 if log is not None:
@@ -480,11 +527,49 @@ async def run_raw(
                 if log is not None:
                     await log.sent(f"msg_{n}")
 
+            async def post_in_order(item: tuple[str, bytes]) -> None:
+                task_id, body = item
+                n = next(counter)
+                seq = seqs[task_id] = seqs.get(task_id, 0) + 1
+                mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                before = sending.get(task_id)
+                sending[task_id] = mine
+                try:
+                    assert isinstance(log, _OrderedLog)
+                    await log.insert_seq(f"msg_{n}", task_id, seq, body)
+                    if before is not None and not before.done():
+                        await before  # the task's previous body is answered first
+                    jwt = signer.sign(
+                        body=body,
+                        audience=url,
+                        webhook_id=f"msg_{n}",
+                        task_id=task_id,
+                        config_id="bench",
+                        seq=seq,
+                    )
+                    headers = {
+                        "Content-Type": "application/a2a+json",
+                        "X-A2A-Signature": jwt,
+                        "Authorization": f"Bearer {jwt}",
+                    }
+                    started = time.time()
+                    async with session.post(url, data=body, headers=headers) as r:
+                        await r.read()
+                    await log.sent_with_attempt(
+                        f"msg_{n}", started, time.time() - started, r.status
+                    )
+                finally:
+                    mine.set_result(None)
+                    if sending.get(task_id) is mine:
+                        del sending[task_id]
+
             for i in range(repeats):
+                seqs.clear()
                 if durable:
                     if log is not None:
                         log.close()
-                    log = _MinimalLog(str(tmp / f"minimal-{i}.db"))
+                    db = str(tmp / f"minimal-{i}.db")
+                    log = _OrderedLog(db) if ordered else _MinimalLog(db)
                 await sink.reset()
                 progress(TAG, f"{label}: run {i + 1}, posting {len(bodies):,} bodies")
                 runs.append(await _timed(sink, p, label, bodies, post, log))
@@ -496,13 +581,14 @@ async def run_raw(
 
 
 DEFAULT_LABEL = "a2a-push SQLite FULL + ES256 (defaults)"
+ORDERED_LABEL = "raw loop + ES256 JWT + ordered SQLite log + attempt rows"
 HISTORY_OFF_LABEL = "a2a-push defaults, attempt history off"
 # The attempt history (on by default) must cost at most this share of the defaults' rate.
 HISTORY_COST_TARGET = 0.9
 # The defaults' rate must be at least this share of the minimal durable signed sender's
 # (``run_raw(durable=True)``: the least any signed outbox must do, measured in the run).
 DURABLE_TARGET = 0.8
-PAIRED_RUNS = 3  # runs of the defaults, the raw loop, the minimal durable sender and the SDK
+PAIRED_RUNS = 3  # runs of the defaults, the raw loop, the durable senders and the SDK
 
 
 def _median(runs: list[B1Row], label: str) -> B1Row:
@@ -533,7 +619,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
             f"each system stops after {p.timeout:.0f} s; then rate = received / elapsed",
             "a warm-up (a2a-push defaults, 2,000 deliveries, not counted) runs first, so the "
             "first row does not pay for a cold process and sink",
-            f"the defaults, the raw loop, the minimal durable sender and the SDK run "
+            f"the defaults, the raw loop, the minimal and ordered durable senders and the SDK run "
             f"{PAIRED_RUNS} times each, in turns; each row is its median run"
             if not quick
             else f"quick: the defaults and the defaults without the attempt history, "
@@ -553,6 +639,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
         off_runs: list[B1Row] = []
         raw_runs: list[B1Row] = []
         durable_runs: list[B1Row] = []
+        ordered_runs: list[B1Row] = []
         sdk_runs: list[B1Row] = []
         sdk_missing: ImportError | None = None
         for i in range(PAIRED_RUNS):
@@ -566,6 +653,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 continue
             raw_runs.append(await run_raw(sink, p, repeats=1))
             durable_runs.append(await run_raw(sink, p, repeats=1, durable=True))
+            ordered_runs.append(await run_raw(sink, p, repeats=1, ordered=True))
             if sdk_missing is None:
                 try:
                     sdk_runs.append(await run_sdk(sink, p))
@@ -603,6 +691,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                     f"raw loop + ES256 JWT + minimal SQLite log (median of {len(durable_runs)})",
                 )
             )
+            rows.append(_median(ordered_runs, f"{ORDERED_LABEL} (median of {len(ordered_runs)})"))
     progress(TAG, "timing sign() alone: hand-built vs PyJWT")
     signs = sign_rates()
 
@@ -612,6 +701,7 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
     raw = next((r.rate for r in rows if r.system.startswith("raw aiohttp")), None)
     ceiling = next((r.rate for r in rows if r.system.startswith("raw loop + ES256 JWT per")), None)
     durable = next((r.rate for r in rows if "minimal SQLite log" in r.system), None)
+    ordered = next((r.rate for r in rows if r.system.startswith(ORDERED_LABEL)), None)
     say()
     say(
         table(
@@ -692,7 +782,14 @@ async def run(p: B1Params | None = None, *, quick: bool = False) -> dict[str, An
                 f"sent after) caps it at {durable / raw:.2f}x; defaults reach "
                 f"{ours / durable:.2f}x of that"
             )
+        if durable and ordered:
+            say(
+                f"  context: keeping order per task as well (one body in flight per task, its "
+                f"seq stored with it) and an attempt row with each mark: {ordered / durable:.2f}x "
+                f"the minimal durable sender here; defaults reach {ours / ordered:.2f}x of that"
+            )
         result["durable"] = durable
+        result["ordered"] = ordered
         result["pass"] = ok_sdk and ok_raw and ok_durable and ok_history
     else:
         say(
