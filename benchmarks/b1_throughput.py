@@ -321,7 +321,8 @@ class _MinimalLog:
         if any(sql.startswith("INSERT INTO log") for sql in by_sql):
             await asyncio.get_running_loop().run_in_executor(None, os.fsync, self._wal)
         for _, _, fut in batch:
-            fut.set_result(None)
+            if not fut.done():  # (its caller cancelled at the time limit)
+                fut.set_result(None)
 
 
 class _OrderedLog(_MinimalLog):
@@ -347,7 +348,7 @@ class _OrderedLog(_MinimalLog):
         self, delivery_id: str, started: float, duration: float, status: int
     ) -> None:
         # Both in one batch, one wait: the mark is queued with a future nobody awaits.
-        mark = asyncio.get_running_loop().create_future()
+        mark: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ops.append(("UPDATE log SET sent = 1 WHERE id = ?", (delivery_id,), mark))
         await self._queue(
             "INSERT INTO attempts VALUES (?, 1, ?, ?, ?)", (delivery_id, started, duration, status)
@@ -559,7 +560,10 @@ async def run_raw(
                         f"msg_{n}", started, time.time() - started, r.status
                     )
                 finally:
-                    mine.set_result(None)
+                    # (Cancelled at the time limit, a successor's wait cancels this one's
+                    # future: nothing to wake then.)
+                    if not mine.done():
+                        mine.set_result(None)
                     if sending.get(task_id) is mine:
                         del sending[task_id]
 
