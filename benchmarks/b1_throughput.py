@@ -474,8 +474,8 @@ async def run_raw(
     on this machine, before anything is stored. ``durable`` (with ``signed``): each body
     also goes through ``_MinimalLog`` (inserted and fsynced before the POST, marked sent
     after). ``ordered`` (durable too): through ``_OrderedLog`` instead, each task's bodies
-    sent one at a time in seq order, an attempt row written with each mark: the least an
-    ordered outbox with an attempt history must do. ``signer_class``: PyJWTSigner to sign
+    sent one at a time in seq order, an attempt row written with each mark: about the
+    least an ordered outbox with an attempt history must do. ``signer_class``: PyJWTSigner to sign
     with PyJWT instead. It is over in about a second, so it runs ``repeats`` times; the
     median run counts.
     """
@@ -504,14 +504,9 @@ async def run_raw(
         connector = aiohttp.TCPConnector(limit=p.concurrency, limit_per_host=p.concurrency)
         async with aiohttp.ClientSession(connector=connector) as session:
 
-            async def post(item: tuple[str, bytes]) -> None:
-                if ordered:
-                    await post_in_order(item)
-                    return
+            async def send(item: tuple[str, bytes], n: int, seq: int) -> int:
+                """POST one body (signed, with ``signed``); its status."""
                 headers = {"Content-Type": "application/a2a+json"}
-                n = next(counter)
-                if log is not None:
-                    await log.insert(f"msg_{n}", item[0], item[1])
                 if signed:
                     jwt = signer.sign(
                         body=item[1],
@@ -519,17 +514,27 @@ async def run_raw(
                         webhook_id=f"msg_{n}",
                         task_id=item[0],
                         config_id="bench",
-                        seq=n,
+                        seq=seq,
                     )
                     headers["X-A2A-Signature"] = jwt
                     headers["Authorization"] = f"Bearer {jwt}"
                 async with session.post(url, data=item[1], headers=headers) as r:
                     await r.read()
+                return r.status
+
+            async def post(item: tuple[str, bytes]) -> None:
+                if ordered:
+                    await post_in_order(item)
+                    return
+                n = next(counter)
+                if log is not None:
+                    await log.insert(f"msg_{n}", item[0], item[1])
+                await send(item, n, n)
                 if log is not None:
                     await log.sent(f"msg_{n}")
 
             async def post_in_order(item: tuple[str, bytes]) -> None:
-                task_id, body = item
+                task_id = item[0]
                 n = next(counter)
                 seq = seqs[task_id] = seqs.get(task_id, 0) + 1
                 mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -537,28 +542,12 @@ async def run_raw(
                 sending[task_id] = mine
                 try:
                     assert isinstance(log, _OrderedLog)
-                    await log.insert_seq(f"msg_{n}", task_id, seq, body)
+                    await log.insert_seq(f"msg_{n}", task_id, seq, item[1])
                     if before is not None and not before.done():
                         await before  # the task's previous body is answered first
-                    jwt = signer.sign(
-                        body=body,
-                        audience=url,
-                        webhook_id=f"msg_{n}",
-                        task_id=task_id,
-                        config_id="bench",
-                        seq=seq,
-                    )
-                    headers = {
-                        "Content-Type": "application/a2a+json",
-                        "X-A2A-Signature": jwt,
-                        "Authorization": f"Bearer {jwt}",
-                    }
                     started = time.time()
-                    async with session.post(url, data=body, headers=headers) as r:
-                        await r.read()
-                    await log.sent_with_attempt(
-                        f"msg_{n}", started, time.time() - started, r.status
-                    )
+                    status = await send(item, n, seq)
+                    await log.sent_with_attempt(f"msg_{n}", started, time.time() - started, status)
                 finally:
                     # (Cancelled at the time limit, a successor's wait cancels this one's
                     # future: nothing to wake then.)
