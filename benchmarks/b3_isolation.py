@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from a2a_push.database.sqlite_writer import SLOW_FSYNC
 from a2a_push.delivery.dispatcher import DispatcherOptions
 from a2a_push.delivery.ratelimit import RateLimits
 from a2a_push.delivery.ssrf import AddressPolicy
@@ -70,6 +71,7 @@ class Phase:
     latencies: list[float]
     missing: int
     deferred: int
+    slow_fsyncs: int  # WAL fsyncs of SLOW_FSYNC or longer during the phase
 
     def row(self) -> list[object]:
         lat = self.latencies
@@ -82,6 +84,7 @@ class Phase:
             lat[-1] if lat else None,
             self.missing,
             self.deferred,
+            self.slow_fsyncs,
         ]
 
 
@@ -97,6 +100,7 @@ async def _measure(
     """One paced phase; ``expected_before``: healthy deliveries the sink must have first."""
     starts: dict[str, float] = {}
     deferred_before = deferred_count(notifier)
+    slow_before = _fsyncs(notifier, "slow_fsyncs")
     sent = await paced_publish(
         notifier,
         task_ids,
@@ -111,7 +115,20 @@ async def _measure(
     await sink.wait_count(expected_before + sent, limit=15, tag=TAG, label=f"{name} draining")
     stats = await sink.stats(times=True)
     lat = sorted((stats.times[i] - t) * 1000 for i, t in starts.items() if i in stats.times)
-    return Phase(name, lat, len(starts) - len(lat), deferred_count(notifier) - deferred_before)
+    return Phase(
+        name,
+        lat,
+        len(starts) - len(lat),
+        deferred_count(notifier) - deferred_before,
+        int(_fsyncs(notifier, "slow_fsyncs") - slow_before),
+    )
+
+
+def _fsyncs(notifier: PushNotifier, key: str) -> float:
+    """One of the SQLite writer's fsync figures (see SQLiteStore.debug_state)."""
+    store = notifier.store
+    value = store.debug_state().get(key, 0) if isinstance(store, SQLiteStore) else 0
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 @dataclass
@@ -123,6 +140,7 @@ class B3Run:
     attempts: dict[str, float]
     outcomes: dict[str, float]
     open_breakers: int
+    longest_fsync: float  # seconds: the run's longest WAL fsync (warm-up included)
 
     @property
     def ratio(self) -> float:
@@ -224,6 +242,7 @@ async def _one_run(p: B3Params, n: int, hole_limit: float | None = None) -> B3Ru
                     attempts=metric_samples(notifier, "a2a_push_attempts_total", "result"),
                     outcomes=metric_samples(notifier, "a2a_push_deliveries_total", "outcome"),
                     open_breakers=sum(1 for v in breakers.values() if v != "closed"),
+                    longest_fsync=_fsyncs(notifier, "fsync_max_seconds"),
                 )
                 progress(TAG, f"run {n}: p99 ratio {run.ratio:.2f}x; stopping the notifier")
     return run
@@ -276,9 +295,24 @@ async def run(p: B3Params | None = None) -> dict[str, Any]:
                 rows.append(row)
     say(
         table(
-            ["phase", "events", "p50 ms", "p90 ms", "p99 ms", "max ms", "missing", "deferred"],
+            [
+                "phase",
+                "events",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "max ms",
+                "missing",
+                "deferred",
+                "slow fsyncs",
+            ],
             rows,
         )
+    )
+    say(
+        f"  slow fsyncs: fsyncs of the SQLite WAL that took {SLOW_FSYNC * 1000:.0f} ms or "
+        "longer during the phase; each holds up every publish of its commit, so a few of "
+        "them move a p99 of a few ms (the disk's doing, not the dispatcher's)"
     )
     say()
     ok = True
@@ -323,6 +357,7 @@ def _report(p: B3Params, limit: float | None, runs: list[B3Run]) -> bool:
             f"{r.in_flight[0]}/{r.in_flight[1]}, breakers not closed "
             f"{r.open_breakers}/{p.blackholes}"
         )
+        say(f"    longest WAL fsync of the run: {r.longest_fsync * 1000:.1f} ms")
         say(f"    attempts by result: {fmt_counts(r.attempts)}")
         say(f"    delivery outcomes:  {fmt_counts(r.outcomes)}")
         if r.alone.deferred:

@@ -58,8 +58,19 @@ _CATCH_UP_WAIT_MS: Final = 100
 # After a catch-up that other connections kept from finishing, the first wait before the
 # next try (it doubles with each failure, up to the checkpoint interval).
 _CATCH_UP_RETRY: Final = 0.01
+# An fsync of the WAL that takes at least this long counts as slow (``debug_state``): it
+# holds up every publish of its commit, so it shows in publish and delivery latency.
+SLOW_FSYNC: Final = 0.02
 
 log = logging.getLogger("a2a_push.store.sqlite")
+
+
+def _timed_fsync(fd: int) -> float:
+    """fsync ``fd``; the seconds it took (timed on the thread that runs it, so a wait
+    for that thread does not count)."""
+    started = time.perf_counter()
+    os.fsync(fd)
+    return time.perf_counter() - started
 
 
 def enable_wal(conn: sqlite3.Connection, *, wait: float = 5.0) -> None:
@@ -133,6 +144,12 @@ class SQLiteWriter:
         # CPU time the event loop's thread spent running batches (their statements and
         # commits), in seconds: against the loop's own CPU time, the store's share.
         self.busy_seconds = 0.0
+        # The WAL's fsyncs (on their thread): how many, their time in all, the longest,
+        # and how many took SLOW_FSYNC or longer, in seconds: the disk's share of latency.
+        self.fsyncs = 0
+        self.fsync_seconds = 0.0
+        self.fsync_max_seconds = 0.0
+        self.slow_fsyncs = 0
         self._checkpoint_every = checkpoint_every
         self._wal_catch_up_bytes = wal_catch_up_bytes
         self._checkpointer: asyncio.Task[None] | None = None
@@ -209,6 +226,10 @@ class SQLiteWriter:
             "queued": len(self._queue),
             "commits": self.commits,
             "busy_seconds": self.busy_seconds,
+            "fsyncs": self.fsyncs,
+            "fsync_seconds": self.fsync_seconds,
+            "fsync_max_seconds": self.fsync_max_seconds,
+            "slow_fsyncs": self.slow_fsyncs,
             "wake_set": self._wake.is_set(),
             "wal_frames": self.wal_frames,
             "wal_restarts": self.wal_restarts,
@@ -394,7 +415,12 @@ class SQLiteWriter:
             try:
                 assert self._wal_fd is not None
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._syncer, os.fsync, self._wal_fd)
+                took = await loop.run_in_executor(self._syncer, _timed_fsync, self._wal_fd)
+                self.fsyncs += 1
+                self.fsync_seconds += took
+                self.fsync_max_seconds = max(self.fsync_max_seconds, took)
+                if took >= SLOW_FSYNC:
+                    self.slow_fsyncs += 1
             except OSError as exc:
                 # After a failed fsync the kernel may have dropped the pages it could not
                 # write and a later fsync can still succeed: nothing written from now on

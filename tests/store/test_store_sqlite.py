@@ -168,6 +168,52 @@ async def test_the_writer_counts_the_loop_threads_time_in_its_batches(tmp_path: 
     assert isinstance(busy, float) and 0.0 < busy < loop_cpu
 
 
+async def test_the_writer_times_its_fsyncs_and_counts_the_slow_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What an operator reads when publish or delivery latency has rare spikes: the disk's
+    # fsyncs (B3 prints them beside its p99s).
+    import os
+
+    import a2a_push.database.sqlite_writer as writer_module
+
+    real_fsync = os.fsync
+    slow = {"next": False}
+
+    def fsync(fd: int) -> None:
+        if slow["next"]:
+            slow["next"] = False
+            time.sleep(writer_module.SLOW_FSYNC * 1.5)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    async with SQLiteStore(tmp_path / "push.db") as store:
+        assert store.debug_state()["fsyncs"] == 0
+        await store.put_config(config("t", id="a"))
+        for _ in range(5):
+            await store.enqueue("t", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+        quick = store.debug_state()
+        slow["next"] = True
+        await store.enqueue("t", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+        after = store.debug_state()
+    # Each of these commits held a publish or a config write: each was fsynced.
+    assert quick["fsyncs"] == quick["commits"] == 6
+    assert quick["slow_fsyncs"] == 0 or quick["fsync_max_seconds"] >= writer_module.SLOW_FSYNC
+    assert after["fsyncs"] == 7 and after["slow_fsyncs"] == quick["slow_fsyncs"] + 1
+    longest, total = after["fsync_max_seconds"], after["fsync_seconds"]
+    assert isinstance(longest, float) and isinstance(total, float)
+    assert writer_module.SLOW_FSYNC * 1.5 <= longest <= total
+
+
+async def test_no_fsyncs_are_counted_under_synchronous_normal(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "push.db", synchronous="NORMAL") as store:
+        await store.put_config(config("t", id="a"))
+        await store.enqueue("t", "x", lambda v: b"{}", new_id=ids(), now=NOW)
+        state = store.debug_state()
+    assert state["commits"] == 2
+    assert state["fsyncs"] == state["slow_fsyncs"] == 0 and state["fsync_seconds"] == 0.0
+
+
 def test_open_store_urls(tmp_path: Path) -> None:
     assert isinstance(open_store(tmp_path / "a.db"), SQLiteStore)
     assert open_store("sqlite:///rel.db").path == Path("rel.db")  # type: ignore[attr-defined]
