@@ -125,6 +125,23 @@ class Metrics:
             "0 for SQLite), counted at each scrape",
             registry=r,
         )
+        self.store_fsyncs = Counter(
+            "a2a_push_store_fsyncs_total",
+            "fsyncs that made SQLite commits durable (0 under synchronous NORMAL and on "
+            "PostgreSQL), counted at each scrape",
+            registry=r,
+        )
+        self.store_fsync_seconds = Counter(
+            "a2a_push_store_fsync_seconds_total",
+            "Time those fsyncs took in all, counted at each scrape",
+            registry=r,
+        )
+        self.store_slow_fsyncs = Counter(
+            "a2a_push_store_slow_fsyncs_total",
+            "Those fsyncs that took 20 ms or longer (each holds up every publish of its "
+            "commit), counted at each scrape",
+            registry=r,
+        )
         self.configs_disabled = Counter(
             "a2a_push_configs_disabled_total",
             "Configs disabled by delivery (410 Gone, failure window)",

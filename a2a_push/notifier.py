@@ -61,6 +61,7 @@ from .store import (
     Delivery,
     DeliveryFilter,
     DeliveryState,
+    FsyncCounts,
     InitialDelivery,
     Store,
     StoredConfig,
@@ -224,6 +225,7 @@ class PushNotifier:
         self._janitor: asyncio.Task[None] | None = None
         self._started = False
         self._round_trips_counted = 0  # the store's round trips the metric has counted
+        self._fsyncs_counted = FsyncCounts()  # and its fsyncs
         self._stopped = False
         # The event loop of start(): the store, dispatcher and connection pool belong to it.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -883,6 +885,14 @@ class PushNotifier:
         if trips > self._round_trips_counted:
             m.store_round_trips.inc(trips - self._round_trips_counted)
         self._round_trips_counted = trips
+        fsyncs = self.store.fsync_counts()
+        base = self._fsyncs_counted
+        if fsyncs.count < base.count:
+            base = FsyncCounts()  # a store opened again counts from 0: all of it is new
+        m.store_fsyncs.inc(fsyncs.count - base.count)
+        m.store_fsync_seconds.inc(max(0.0, fsyncs.seconds - base.seconds))
+        m.store_slow_fsyncs.inc(max(0, fsyncs.slow - base.slow))
+        self._fsyncs_counted = fsyncs
 
 
 @dataclass(frozen=True, slots=True)

@@ -471,6 +471,16 @@ class Outbox(abc.ABC):
         metrics scrape and the health check have no use for."""
 
 
+@dataclass(frozen=True, slots=True)
+class FsyncCounts:
+    """A store's fsyncs so far: how many, their time in all (seconds), and how many took
+    ``SLOW_FSYNC`` (20 ms) or longer. Each one holds up every publish of its commit."""
+
+    count: int = 0
+    seconds: float = 0.0
+    slow: int = 0
+
+
 class Store(ConfigStore, Outbox, abc.ABC):
     """A backend: both contracts on one connection."""
 
@@ -478,6 +488,11 @@ class Store(ConfigStore, Outbox, abc.ABC):
     # Network round trips to a database server so far (statements, BEGIN and COMMIT):
     # 0 for the embedded backends. Exported as a metric; B6 divides it by deliveries.
     round_trips: int = 0
+
+    def fsync_counts(self) -> FsyncCounts:
+        """The fsyncs this process made to make commits durable, so far (all zero for a
+        backend whose server does its own: PostgreSQL). Exported as metrics."""
+        return FsyncCounts()
 
     async def open(self) -> None:
         """Connect and migrate. Idempotent."""

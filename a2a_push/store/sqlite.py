@@ -32,7 +32,7 @@ from ..database import (
     queries,
 )
 from ..errors import StoreBusyError, StoreClosedError
-from .base import Delivery, DeliveryFilter, StoreOptions
+from .base import Delivery, DeliveryFilter, FsyncCounts, StoreOptions
 from .rows import LEASED_UNTIL
 from .secrets import SecretBox
 from .sqlstore import SQLStore, Tx, run_sync
@@ -144,6 +144,13 @@ class SQLiteStore(SQLStore):
         if self._closed:
             return "the SQLite store was closed"
         return "the SQLite store is not open (call open() first)"
+
+    def fsync_counts(self) -> FsyncCounts:
+        """The WAL's fsyncs since the store was opened (none under ``NORMAL``)."""
+        writer = self._writer
+        if writer is None:
+            return FsyncCounts()
+        return FsyncCounts(writer.fsyncs, writer.fsync_seconds, writer.slow_fsyncs)
 
     def debug_state(self) -> dict[str, object]:
         """Internals, for diagnosing a stuck writer."""

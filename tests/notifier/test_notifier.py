@@ -1279,6 +1279,50 @@ async def test_metrics_route(
     assert 'a2a_push_delivery_latency_seconds_bucket{le="86400.0"} 1.0' in text
 
 
+async def test_metrics_count_the_stores_fsyncs_at_each_scrape(
+    make_notifier: MakeNotifier, sink: WebhookSink, tmp_path: Path
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from a2a_push.store import MemoryStore
+
+    def scraped(n: PushNotifier) -> dict[str, float]:
+        text = n.metrics.render().decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name.startswith("a2a_push_store_")
+            and "fsync" in sample.name
+            and sample.name.endswith("_total")
+        }
+
+    n = await make_notifier()  # SQLite, synchronous FULL
+    await n.register_config(hook(sink), owner="o", task_id="t1")
+    await n.publish("t1", status("t1", TaskState.WORKING))
+    await sink.wait_for(1)
+    await n.refresh_metrics()
+    first = scraped(n)
+    counts = n.store.fsync_counts()
+    # The config and the publish were each fsynced; the outcome is bookkeeping (no fsync).
+    assert first["a2a_push_store_fsyncs_total"] == counts.count >= 2
+    assert first["a2a_push_store_fsync_seconds_total"] == pytest.approx(counts.seconds)
+    assert first["a2a_push_store_fsync_seconds_total"] > 0
+    assert first["a2a_push_store_slow_fsyncs_total"] == counts.slow
+    await n.publish("t1", status("t1", TaskState.WORKING, "again"))
+    await sink.wait_for(2)
+    await n.refresh_metrics()
+    assert scraped(n)["a2a_push_store_fsyncs_total"] == n.store.fsync_counts().count
+    assert n.store.fsync_counts().count > counts.count  # counted once, not again
+
+    memory = await make_notifier(MemoryStore())  # commits without fsync
+    await memory.register_config(hook(sink), owner="o", task_id="t2")
+    await memory.publish("t2", status("t2", TaskState.WORKING))
+    await sink.wait_for(3)
+    await memory.refresh_metrics()
+    assert set(scraped(memory).values()) == {0.0}
+
+
 async def test_metrics_gauges_show_a_backlog_and_an_open_breaker(
     make_notifier: MakeNotifier, sink: WebhookSink, aiohttp_client: Any
 ) -> None:
