@@ -885,11 +885,8 @@ class PushNotifier:
         if trips > self._round_trips_counted:
             m.store_round_trips.inc(trips - self._round_trips_counted)
         self._round_trips_counted = trips
-        fsyncs = self.store.fsync_counts()
-        base = self._fsyncs_counted
-        if fsyncs.count < base.count:
-            base = FsyncCounts()  # a store opened again counts from 0: all of it is new
-        m.store_fsyncs.inc(fsyncs.count - base.count)
+        fsyncs, base = self.store.fsync_counts(), self._fsyncs_counted
+        m.store_fsyncs.inc(max(0, fsyncs.count - base.count))
         m.store_fsync_seconds.inc(max(0.0, fsyncs.seconds - base.seconds))
         m.store_slow_fsyncs.inc(max(0, fsyncs.slow - base.slow))
         self._fsyncs_counted = fsyncs

@@ -474,7 +474,8 @@ class Outbox(abc.ABC):
 @dataclass(frozen=True, slots=True)
 class FsyncCounts:
     """A store's fsyncs so far: how many, their time in all (seconds), and how many took
-    ``SLOW_FSYNC`` (20 ms) or longer. Each one holds up every publish of its commit."""
+    20 ms (``a2a_push.database.sqlite_writer.SLOW_FSYNC``) or longer. Each one holds up
+    every publish of its commit."""
 
     count: int = 0
     seconds: float = 0.0

@@ -1312,8 +1312,14 @@ async def test_metrics_count_the_stores_fsyncs_at_each_scrape(
     await n.publish("t1", status("t1", TaskState.WORKING, "again"))
     await sink.wait_for(2)
     await n.refresh_metrics()
-    assert scraped(n)["a2a_push_store_fsyncs_total"] == n.store.fsync_counts().count
-    assert n.store.fsync_counts().count > counts.count  # counted once, not again
+    second, now = scraped(n), n.store.fsync_counts()
+    assert now.count > counts.count
+    # Each scrape adds only what is new since the last: the counters equal the store's.
+    assert second["a2a_push_store_fsyncs_total"] == now.count
+    assert second["a2a_push_store_fsync_seconds_total"] == pytest.approx(now.seconds)
+    assert second["a2a_push_store_slow_fsyncs_total"] == now.slow
+    await n.refresh_metrics()  # nothing new: nothing added
+    assert scraped(n) == second
 
     memory = await make_notifier(MemoryStore())  # commits without fsync
     await memory.register_config(hook(sink), owner="o", task_id="t2")
