@@ -100,7 +100,7 @@ async def _measure(
     """One paced phase; ``expected_before``: healthy deliveries the sink must have first."""
     starts: dict[str, float] = {}
     deferred_before = deferred_count(notifier)
-    slow_before = _fsyncs(notifier, "slow_fsyncs")
+    slow_before = notifier.store.fsync_counts().slow
     sent = await paced_publish(
         notifier,
         task_ids,
@@ -120,15 +120,8 @@ async def _measure(
         lat,
         len(starts) - len(lat),
         deferred_count(notifier) - deferred_before,
-        int(_fsyncs(notifier, "slow_fsyncs") - slow_before),
+        notifier.store.fsync_counts().slow - slow_before,
     )
-
-
-def _fsyncs(notifier: PushNotifier, key: str) -> float:
-    """One of the SQLite writer's fsync figures (see SQLiteStore.debug_state)."""
-    store = notifier.store
-    value = store.debug_state().get(key, 0) if isinstance(store, SQLiteStore) else 0
-    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 @dataclass
@@ -242,7 +235,7 @@ async def _one_run(p: B3Params, n: int, hole_limit: float | None = None) -> B3Ru
                     attempts=metric_samples(notifier, "a2a_push_attempts_total", "result"),
                     outcomes=metric_samples(notifier, "a2a_push_deliveries_total", "outcome"),
                     open_breakers=sum(1 for v in breakers.values() if v != "closed"),
-                    longest_fsync=_fsyncs(notifier, "fsync_max_seconds"),
+                    longest_fsync=notifier.store.fsync_counts().longest,
                 )
                 progress(TAG, f"run {n}: p99 ratio {run.ratio:.2f}x; stopping the notifier")
     return run

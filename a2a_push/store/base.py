@@ -473,13 +473,14 @@ class Outbox(abc.ABC):
 
 @dataclass(frozen=True, slots=True)
 class FsyncCounts:
-    """A store's fsyncs so far: how many, their time in all (seconds), and how many took
-    20 ms (``a2a_push.database.sqlite_writer.SLOW_FSYNC``) or longer. Each one holds up
-    every publish of its commit."""
+    """A store's fsyncs so far: how many, their time in all (seconds), how many took
+    20 ms (``a2a_push.database.sqlite_writer.SLOW_FSYNC``) or longer, and the longest
+    (seconds). Each one holds up every publish of its commit."""
 
     count: int = 0
     seconds: float = 0.0
     slow: int = 0
+    longest: float = 0.0
 
 
 class Store(ConfigStore, Outbox, abc.ABC):

@@ -150,7 +150,9 @@ class SQLiteStore(SQLStore):
         writer = self._writer
         if writer is None:
             return FsyncCounts()
-        return FsyncCounts(writer.fsyncs, writer.fsync_seconds, writer.slow_fsyncs)
+        return FsyncCounts(
+            writer.fsyncs, writer.fsync_seconds, writer.slow_fsyncs, writer.fsync_max_seconds
+        )
 
     def debug_state(self) -> dict[str, object]:
         """Internals, for diagnosing a stuck writer."""

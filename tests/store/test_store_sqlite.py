@@ -13,7 +13,7 @@ import pytest
 
 from a2a_push.database.sqlite_writer import SQLiteWriter, enable_wal
 from a2a_push.errors import SecretDecryptionError, StoreUnavailableError, StoreUnusableError
-from a2a_push.store import Outcome, SQLiteStore, StoreOptions, generate_key, open_store
+from a2a_push.store import FsyncCounts, Outcome, SQLiteStore, StoreOptions, generate_key, open_store
 
 from .. import wal_writer_worker
 from ..conftest import config, ids
@@ -203,6 +203,7 @@ async def test_the_writer_times_its_fsyncs_and_counts_the_slow_ones(
     longest, total = after["fsync_max_seconds"], after["fsync_seconds"]
     assert isinstance(longest, float) and isinstance(total, float)
     assert writer_module.SLOW_FSYNC * 1.5 <= longest <= total
+    assert store.fsync_counts() == FsyncCounts(7, total, after["slow_fsyncs"], longest)  # type: ignore[arg-type]
 
 
 async def test_no_fsyncs_are_counted_under_synchronous_normal(tmp_path: Path) -> None:
